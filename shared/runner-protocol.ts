@@ -1,0 +1,137 @@
+// Wire types of the control plane <-> sandbox runner protocol (local Unix
+// socket, 0600). Types only: no I/O here. The codec and client live in
+// shared/node/, the server in sandbox-runner/.
+//
+// Binary payloads (uploads, downloads) never travel as JSON strings: a frame
+// carries a JSON header plus an optional raw body (see shared/node/framing.ts).
+
+export const RUNNER_PROTOCOL_VERSION = 1;
+
+/** Facts about the host the runner measured at start; stated in evidence as measured. */
+export interface HostFacts {
+  kernel: string;
+  cgroup_mode: 'v1' | 'v2' | 'hybrid';
+  swap_active: boolean;
+  /** null when it could not be read (no /proc/cmdline or sysfs entry). */
+  init_on_free: boolean | null;
+  bwrap_version: string;
+}
+
+export interface RunnerHello {
+  protocol_version: number;
+  host: HostFacts;
+  /** Capsules found at runner start from before a crash; wiped and removed already. */
+  lost: LostCapsule[];
+}
+
+export interface LostCapsule {
+  capsule_id: string;
+  /** Wipe evidence of the recovery, as measured (may be partial). */
+  recovered_at: string;
+  wipe: WipeReport | null;
+}
+
+export interface EgressAttachment {
+  /** Unix socket on the host the capsule's proxy listens on; bridged into the capsule netns. */
+  proxy_socket: string;
+  /** PEM bundle of the per-capsule CA, written to tmpfs inside the capsule. */
+  ca_pem: string;
+}
+
+export interface CreateCapsuleRequest {
+  capsule_id: string;
+  memory_mb: number;
+  /** Label choosing the read-only base image root (default: host system prefix). */
+  runtime?: string;
+  /** Extra environment for every exec (Capsulefile env_vars). */
+  env?: Record<string, string>;
+  /** Capsulefile files, mounted read-only at /capsule/app inside. */
+  app_files?: { filename: string; content_b64: string }[];
+  egress?: EgressAttachment;
+}
+
+export interface CreatedCapsule {
+  capsule_id: string;
+  hostname: string;
+  host_uid: number;
+  created_at: string;
+}
+
+export interface ExecRequest {
+  capsule_id: string;
+  command: string;
+  /** Written to a tmpfs file before the command starts; never in argv. base64 of the bytes. */
+  input_b64?: string;
+  /** Absolute path inside the capsule under /data/input, /data/output or /tmp; default /data/input/data. */
+  input_filename?: string;
+  timeout_ms: number;
+  env?: Record<string, string>;
+}
+
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  stdout_truncated: boolean;
+  stderr_truncated: boolean;
+  exit_code: number;
+  duration_ms: number;
+  executed_at: string;
+  timed_out: boolean;
+  oom_killed: boolean;
+}
+
+export interface FileEntry {
+  filename: string;
+  size_bytes: number;
+  /** "sha512:<hex>" */
+  sha512: string;
+}
+
+export interface WipeReport {
+  bytes_overwritten: number;
+  files: number;
+  passes: string[];           // e.g. ["zeros", "ones", "random"]
+  readback_verified: boolean; // every byte read back equal to the last pattern written
+  /** "sha512:<hex>" RFC 6962-style root over the wiped regions' final zero state */
+  zero_state_root: string;
+}
+
+/**
+ * Evidence objects for chain steps 1..8 as the runner measured them, index = step - 1.
+ * Steps the control plane completes (7: activity trail seal) are filled there;
+ * the runner sends null at that index.
+ */
+export type StepEvidence = Record<string, unknown> | null;
+
+export interface DestroyResult {
+  capsule_id: string;
+  destroyed_at: string;
+  evidence: StepEvidence[]; // length 8
+  wipe: WipeReport;
+  /** Whether a command was running when destroy began, and whether it finished. */
+  command_was_running: boolean;
+}
+
+/** Request method -> [request, response] for the typed client. */
+export interface RunnerMethods {
+  hello: [Record<string, never>, RunnerHello];
+  create: [CreateCapsuleRequest, CreatedCapsule];
+  exec: [ExecRequest, ExecResult];
+  /** Body = raw bytes. */
+  upload: [{ capsule_id: string; filename: string }, FileEntry];
+  list_output: [{ capsule_id: string }, { files: FileEntry[] }];
+  /** Response body = raw bytes. */
+  read_output: [{ capsule_id: string; filename: string }, FileEntry];
+  destroy: [{ capsule_id: string }, DestroyResult];
+  list: [Record<string, never>, { capsules: string[] }];
+}
+
+/** Closed set of runner error codes; the control plane maps them to API errors. */
+export type RunnerErrorCode =
+  | 'not_found'        // no such live capsule
+  | 'invalid'          // bad name, bad path, bad argument (message names the field)
+  | 'too_large'        // upload or file over the bound
+  | 'busy'             // capsule is being destroyed
+  | 'no_space'         // tmpfs full
+  | 'unavailable'      // runner shutting down or resources exhausted
+  | 'internal';
