@@ -135,3 +135,26 @@ export type RunnerErrorCode =
   | 'no_space'         // tmpfs full
   | 'unavailable'      // runner shutting down or resources exhausted
   | 'internal';
+
+/** A runner error as the client surfaces it. */
+export class RunnerError extends Error {
+  readonly code: RunnerErrorCode;
+  constructor(code: RunnerErrorCode, message: string) {
+    super(message);
+    this.name = 'RunnerError';
+    this.code = code;
+  }
+}
+
+/** What the control plane needs of a runner; implemented by shared/node/runner-client.ts. */
+export interface RunnerPort {
+  hello(): Promise<RunnerHello>;
+  create(req: CreateCapsuleRequest): Promise<CreatedCapsule>;
+  exec(req: ExecRequest): Promise<ExecResult>;
+  upload(capsuleId: string, filename: string, bytes: Uint8Array): Promise<FileEntry>;
+  listOutput(capsuleId: string): Promise<FileEntry[]>;
+  readOutput(capsuleId: string, filename: string): Promise<{ entry: FileEntry; bytes: Uint8Array }>;
+  destroy(capsuleId: string): Promise<DestroyResult>;
+  list(): Promise<string[]>;
+  close(): Promise<void>;
+}
