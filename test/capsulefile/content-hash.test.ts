@@ -1,0 +1,121 @@
+import t from 'tap';
+import { createHash } from 'node:crypto';
+import {
+  canonicalContent,
+  contentHash,
+  DEFINITION_FIELDS,
+  parseDefinition,
+  type CapsulefileDefinition,
+  type CapsulefileFileEntry,
+} from '../../control-plane/capsulefile/index.js';
+import { canonicalize } from '../../control-plane/capsulefile/jcs.js';
+
+const sha = (s: string): string => `sha512:${createHash('sha512').update(s).digest('hex')}`;
+
+const full: CapsulefileDefinition = parseDefinition({
+  name: 'claims-scrubber',
+  runtime: 'python3',
+  entrypoint: 'python3 /capsule/app/main.py',
+  data_classification: 'PHI',
+  egress_declaration: ['api.example.com', '203.0.113.7', '10.20.0.0/16', '2001:db8::/32'],
+  default_ttl: 600,
+  memory_mb: 512,
+  env_vars: { MODE: 'strict', LEVEL: '3' },
+  packages: { apt: ['python3'], pip: ['requests'] },
+  mcp_policy: { allowed_tools: ['search'], prohibited_tools: ['delete_record'] },
+  tls_pinned_certs: [{ host: 'api.example.com', cert_sha256: 'ab'.repeat(32) }],
+  tls_ocsp_check: true,
+  signing_config: { endpoint: 'https://signer.example.com/sign' },
+});
+const files: CapsulefileFileEntry[] = [
+  { filename: 'main.py', size_bytes: 9, sha512: sha('print(1)\n') },
+  { filename: 'lib/helpers.py', size_bytes: 4, sha512: sha('x=1\n') },
+];
+
+t.test('same inputs give the same hash; input key order and file order do not matter', async (t) => {
+  const h = contentHash(full, files);
+  t.match(h, /^sha512:[0-9a-f]{128}$/);
+  t.equal(contentHash(full, files), h);
+  const reordered = Object.fromEntries(Object.entries(full).reverse()) as CapsulefileDefinition;
+  t.equal(contentHash(reordered, [...files].reverse()), h);
+  t.equal(contentHash(structuredClone(full), structuredClone(files)), h, 'a deep copy (as from a database) hashes the same');
+});
+
+t.test('every definition field changes the hash', async (t) => {
+  const base = contentHash(full, files);
+  const variants: Record<(typeof DEFINITION_FIELDS)[number], unknown> = {
+    name: 'claims-scrubber2',
+    runtime: 'python3.12',
+    entrypoint: 'python3 /capsule/app/main.py --x',
+    data_classification: 'PII',
+    egress_declaration: ['api.example.com'],
+    default_ttl: 601,
+    memory_mb: 513,
+    env_vars: { MODE: 'strict', LEVEL: '4' },
+    packages: { apt: ['python3'], pip: ['requests', 'idna'] },
+    mcp_policy: { allowed_tools: ['search'] },
+    tls_pinned_certs: [{ host: 'api.example.com', cert_sha256: 'cd'.repeat(32) }],
+    tls_ocsp_check: false,
+    signing_config: { endpoint: 'https://signer.example.com/sign2' },
+  };
+  const seen = new Set([base]);
+  for (const f of DEFINITION_FIELDS) {
+    const h = contentHash(parseDefinition({ ...full, [f]: variants[f] }), files);
+    t.notOk(seen.has(h), `${f} changed the hash`);
+    seen.add(h);
+  }
+  // Declaring an optional field versus leaving it out also changes the hash.
+  const { tls_ocsp_check: _omit, ...withoutOcsp } = full;
+  t.not(contentHash(withoutOcsp, files), base, 'omitting a field changes the hash');
+  t.not(contentHash({ ...full, egress_declaration: [...(full.egress_declaration ?? [])].reverse() }, files), base, 'list order is significant');
+});
+
+t.test('every file attribute changes the hash', async (t) => {
+  const base = contentHash(full, files);
+  const [a, b] = files as [CapsulefileFileEntry, CapsulefileFileEntry];
+  const cases: Record<string, CapsulefileFileEntry[]> = {
+    'file renamed': [{ ...a, filename: 'main2.py' }, b],
+    'file size': [{ ...a, size_bytes: 10 }, b],
+    'file digest': [{ ...a, sha512: sha('print(2)\n') }, b],
+    'file removed': [a],
+    'file added': [...files, { filename: 'README', size_bytes: 1, sha512: sha('\n') }],
+  };
+  for (const [why, fs] of Object.entries(cases)) t.not(contentHash(full, fs), base, why);
+});
+
+t.test('the canonical form is the documented fixed object', async (t) => {
+  const minimal = parseDefinition({ name: 'demo', runtime: 'python3', entrypoint: 'python3 main.py' });
+  const c = canonicalContent(minimal, [{ filename: 'main.py', size_bytes: 9, sha512: sha('print(1)\n') }]);
+  t.same(Object.keys(c).sort(), ['definition', 'files', 'format']);
+  t.equal(c['format'], 'capsulefile-content/v1');
+  t.same(Object.keys(c['definition'] as object).sort(), [...DEFINITION_FIELDS].sort());
+  // The worked example of docs/CAPSULEFILE.md, recomputed independently from the JCS text there.
+  const text =
+    '{"definition":{"data_classification":null,"default_ttl":null,"egress_declaration":null,"entrypoint":"python3 main.py","env_vars":null,"mcp_policy":null,"memory_mb":null,"name":"demo","packages":null,"runtime":"python3","signing_config":null,"tls_ocsp_check":null,"tls_pinned_certs":null},"files":[{"filename":"main.py","sha512":"' +
+    sha('print(1)\n') +
+    '","size_bytes":9}],"format":"capsulefile-content/v1"}';
+  t.equal(canonicalize(c), text);
+  t.equal(contentHash(minimal, [{ filename: 'main.py', size_bytes: 9, sha512: sha('print(1)\n') }]), sha(text));
+  t.equal(sha(text), 'sha512:2af36d51bcd4ac14b80ee8fd4bbf61180c17421407f8573c078358d252299d43679b032b3030ce48cd9dcdf746f70f46dc031ccf3951e93dabac430782c943df', 'documented example value');
+});
+
+t.test('bad file entries are refused naming the entry', async (t) => {
+  const ok = files[0] as CapsulefileFileEntry;
+  t.throws(() => contentHash(full, [ok, { ...ok }]), { code: 'invalid_parameters', message: /files\.1\.filename: .*listed twice/ });
+  t.throws(() => contentHash(full, [{ ...ok, filename: '../x' }]), { message: /files\.0\.filename: .*traversal/ });
+  t.throws(() => contentHash(full, [{ ...ok, size_bytes: 0 }]), { message: /files\.0\.size_bytes: .*empty/ });
+  t.throws(() => contentHash(full, [{ ...ok, sha512: 'sha512:XYZ' }]), { message: /files\.0\.sha512/ });
+  t.throws(() => contentHash({ ...full, bogus: 1 } as CapsulefileDefinition, files), { message: /^bogus: unknown field/ });
+});
+
+t.test('local JCS follows RFC 8785', async (t) => {
+  // RFC 8785 section 3.2.3 sorting example (keys by UTF-16 code units).
+  const sorted = canonicalize({ '\u20ac': 'Euro Sign', '\r': 'Carriage Return', '\ufb33': 'Hebrew Letter Dalet With Dagesh', '1': 'One', '\ud83d\ude00': 'Emoji: Grinning Face', '\u0080': 'Control', '\u00f6': 'Latin Small Letter O With Diaeresis' });
+  const order = ['"\\r"', '"1"', '"\u0080"', '"\u00f6"', '"\u20ac"', '"\ud83d\ude00"', '"\ufb33"'].map((k) => sorted.indexOf(`${k}:`));
+  t.ok(order.every((p, i) => p >= 0 && (i === 0 || p > (order[i - 1] ?? 0))), `RFC 8785 key order: ${order.join(',')}`);
+  t.equal(canonicalize({ b: [1, 2.5, -0, 1e21, 1e-7], a: 'x\u0001"\\\n\u2028' }), '{"a":"x\\u0001\\"\\\\\\n\u2028","b":[1,2.5,0,1e+21,1e-7]}');
+  t.equal(canonicalize({ a: undefined, b: null, c: true }), '{"b":null,"c":true}');
+  t.throws(() => canonicalize(NaN));
+  t.throws(() => canonicalize('\ud800'));
+  t.throws(() => canonicalize(new Date()));
+});
