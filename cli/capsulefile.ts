@@ -3,7 +3,7 @@
 // hash a finalize of exactly these sources produces (docs/CAPSULEFILE.md).
 // push: creates the Capsulefile over the API, uploads the files, finalizes,
 // and prints "<id> <content_hash>". Exit codes: 0 done, 1 failed, 2 usage.
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { lstat, readFile, realpath } from 'node:fs/promises';
 import { join, sep } from 'node:path';
 import {
@@ -11,64 +11,18 @@ import {
   contentHash,
   fileSizeProblem,
   parseCapsulefileYaml,
-  sha512Hex,
   type CapsulefileDefinition,
   type CapsulefileFileEntry,
 } from '../control-plane/capsulefile/index.js';
+import { loadConfig, type Config } from './capsulefile/config.js';
 
 const USAGE = `usage: capsule capsulefile hash DIR
        capsule capsulefile push DIR [--api-url URL] [--api-key KEY]
   push reads CAPSULE_API_URL and CAPSULE_API_KEY; the flags override them.
 `;
 
-type Config =
-  | { command: 'help' }
-  | { command: 'hash'; dir: string }
-  | { command: 'push'; dir: string; apiUrl: URL; apiKey: string };
-
-class UsageError extends Error {}
 /** A failure to report in one line (exit 1). */
 class Failure extends Error {}
-
-/** The command's whole configuration, read once from argv and the environment. */
-export function parseConfig(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): Config {
-  const [command, ...rest] = argv;
-  if (command === undefined) throw new UsageError('missing subcommand');
-  if (command === '-h' || command === '--help') return { command: 'help' };
-  if (command !== 'hash' && command !== 'push') throw new UsageError(`unknown subcommand "${command}"`);
-  const positional: string[] = [];
-  let apiUrl = env['CAPSULE_API_URL'];
-  let apiKey = env['CAPSULE_API_KEY'];
-  for (let i = 0; i < rest.length; i++) {
-    const a = rest[i] ?? '';
-    const [flag, inline] = a.startsWith('--') && a.includes('=') ? [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)] : [a, undefined];
-    if (command === 'push' && (flag === '--api-url' || flag === '--api-key')) {
-      const v = inline ?? rest[++i];
-      if (v === undefined || v === '') throw new UsageError(`${flag} needs a value`);
-      if (flag === '--api-url') apiUrl = v;
-      else apiKey = v;
-    } else if (a === '-h' || a === '--help') {
-      return { command: 'help' };
-    } else if (a.startsWith('-')) {
-      throw new UsageError(`unknown option "${flag}"`);
-    } else {
-      positional.push(a);
-    }
-  }
-  if (positional.length !== 1) throw new UsageError('expected exactly one DIR');
-  const dir = positional[0] as string;
-  if (command === 'hash') return { command, dir };
-  if (!apiUrl) throw new UsageError('no API address: set CAPSULE_API_URL or pass --api-url');
-  if (!apiKey) throw new UsageError('no API key: set CAPSULE_API_KEY or pass --api-key');
-  let url: URL;
-  try {
-    url = new URL(apiUrl);
-  } catch {
-    throw new UsageError('the API address is not a URL');
-  }
-  if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new UsageError('the API address must be http:// or https://');
-  return { command, dir, apiUrl: url, apiKey };
-}
 
 type LoadedFile = CapsulefileFileEntry & { bytes: Uint8Array };
 type Source = { definition: CapsulefileDefinition; files: LoadedFile[] };
@@ -106,7 +60,7 @@ async function loadSource(dir: string): Promise<Source> {
     const bytes = await readFile(real);
     const sizeWhyNow = fileSizeProblem(bytes.length);
     if (sizeWhyNow !== null) throw new Failure(`${name}: ${sizeWhyNow}`);
-    files.push({ filename: name, size_bytes: bytes.length, sha512: `sha512:${sha512Hex(bytes)}`, bytes });
+    files.push({ filename: name, size_bytes: bytes.length, sha512: `sha512:${createHash('sha512').update(bytes).digest('hex')}`, bytes });
   }
   return { definition, files };
 }
@@ -184,7 +138,7 @@ async function push(cfg: Extract<Config, { command: 'push' }>, out: (line: strin
 export async function main(argv: string[]): Promise<number> {
   let cfg: Config;
   try {
-    cfg = parseConfig(argv, process.env);
+    cfg = loadConfig(argv);
   } catch (err) {
     process.stderr.write(`capsule capsulefile: ${(err as Error).message}\n${USAGE}`);
     return 2;

@@ -3,7 +3,8 @@
 // "Content hash"). Customers recompute it with `capsule capsulefile hash DIR`.
 // WARNING: changing anything here changes every content hash: proofs already
 // issued carry the old ones. Add a new `format` value instead.
-import { createHash } from 'node:crypto';
+import { sha512 } from '@noble/hashes/sha2.js';
+import { bytesToHex, utf8ToBytes } from '@noble/hashes/utils.js';
 import { invalid } from '../../shared/errors.js';
 import { canonicalize } from './jcs.js';
 import { filenameProblem, fileSizeProblem } from './filename.js';
@@ -17,7 +18,8 @@ export type CapsulefileFileEntry = { filename: string; size_bytes: number; sha51
 
 const SHA512 = /^sha512:[0-9a-f]{128}$/;
 
-export const sha512Hex = (bytes: Uint8Array | string): string => createHash('sha512').update(bytes).digest('hex');
+/** Hex SHA-512 (isomorphic; for large files an adapter may use node:crypto, same digest). */
+export const sha512Hex = (data: Uint8Array | string): string => bytesToHex(sha512(typeof data === 'string' ? utf8ToBytes(data) : data));
 
 /** Checks a file list (names, sizes, digests, duplicates, totals); throws invalid_parameters naming `files.N`. */
 export function checkFileEntries(files: readonly CapsulefileFileEntry[]): void {

@@ -9,7 +9,8 @@ export const DATA_CLASSIFICATIONS = ['general', 'PHI', 'PII', 'financial', 'cred
 /** Ecosystems whose packages can be checked present in the base image (never downloaded). */
 export const PACKAGE_ECOSYSTEMS = ['apt', 'pip', 'npm'] as const;
 
-const utf8Bytes = (s: string): number => Buffer.byteLength(s, 'utf8');
+const encoder = new TextEncoder();
+const utf8Bytes = (s: string): number => encoder.encode(s).length;
 const noNul = (s: string): boolean => !s.includes('\0');
 const uniq = (a: readonly string[]): boolean => new Set(a).size === a.length;
 

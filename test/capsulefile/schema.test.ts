@@ -81,13 +81,15 @@ t.test('egress entries: hostnames, IPs and CIDRs', async (t) => {
     'api.example.com': 'domain', localhost: 'domain', 'xn--bcher-kva.example': 'domain',
     '203.0.113.7': 'ip_v4', '::1': 'ip_v6', '2001:db8::8a2e:370:7334': 'ip_v6', '::ffff:192.0.2.1': 'ip_v6',
     '10.0.0.0/8': 'cidr_v4', '0.0.0.0/0': 'cidr_v4', '192.0.2.1/32': 'cidr_v4',
+    '1:2:3:4:5:6:7:8': 'ip_v6', '1::': 'ip_v6', 'FE80::A': 'ip_v6', '64:ff9b::192.0.2.33': 'ip_v6',
     '2001:db8::/32': 'cidr_v6', '::/0': 'cidr_v6', '::ffff:192.0.2.0/120': 'cidr_v6', 'fe80::1/128': 'cidr_v6',
   };
   for (const [e, kind] of Object.entries(good)) t.same(checkEgressEntry(e), { ok: true, kind }, e);
   const bad = [
     '', ' api.example.com', 'API.example.com', '*.example.com', 'api.example.com:443', 'example.com.', 'a..b', '-a.example',
     'a_b.example', '1.2.3.256', '999.1.1.1', '10.0.0.1/8', '10.0.0.0/33', '10.0.0.0/-1', '10.0.0.0/08', '2001:db8::1/32',
-    '1::/129', 'fe80::1%eth0', 'https://api.example.com', 'x'.repeat(64) + '.example', 'a.example/8',
+    '1::/129', 'fe80::1%eth0', '1:2:3:4:5:6:7:8:9', '1:2:3:4:5:6:7', ':::1', '1::2::3', '12345::', 'g::1', '::1.2.3.4.5',
+    '::1.2.3.04', '1:2:3:4:5:6:7::8:9', '01.2.3.4', '1.2.3', '1.2.3.4.5', 'https://api.example.com', 'x'.repeat(64) + '.example', 'a.example/8',
   ];
   for (const e of bad) t.equal(checkEgressEntry(e).ok, false, JSON.stringify(e));
   refuses(t, { ...base, egress_declaration: ['api.example.com', '10.0.0.1/8'] }, 'egress_declaration.1', /host bits/);
