@@ -32,6 +32,19 @@ export type IdempotencyClaim =
   | { state: 'done'; response: IdempotentResponse; request_hash: string }
   | { state: 'pending' };
 
+export interface Destruction {
+  capsule: Capsule;
+  from: readonly CapsuleStatus[];
+  status: CapsuleStatus;
+  destroyed_at: string | null;
+  proof: StoredProof;
+  key: KeyRecord | null;
+}
+
+export interface ContactMessage {
+  id: string; email: string; name: string | null; company: string | null; message: string; source: string | null; created_at: string;
+}
+
 export interface CapsulePage { items: Capsule[]; next_cursor: string | null }
 
 export interface Store {
@@ -76,6 +89,15 @@ export interface Store {
   getProofByCapsule(capsuleId: string): Promise<StoredProof | null>;
   insertKey(k: KeyRecord): Promise<void>;
   getKey(keyId: string): Promise<KeyRecord | null>;
+
+  /**
+   * One transaction: register the signing key, store the proof (counted
+   * against the cycle when billable), move the capsule to its final status
+   * and give back its live slot. The proof is durable before any answer.
+   */
+  recordDestruction(d: Destruction): Promise<void>;
+
+  insertContact(c: ContactMessage): Promise<void>;
 
   // Idempotency
   claimIdempotency(customerId: string, key: string, requestHash: string, nowIso: string, notBeforeIso: string): Promise<IdempotencyClaim>;

@@ -124,4 +124,18 @@ export const IdempotencyEntity = new EntitySchema<IdempotencyRow>({
   },
 });
 
-export const ENTITIES = [AccountEntity, ApiKeyEntity, CapsuleEntity, ActivityEntity, ProofEntity, KeyEntity, IdempotencyEntity];
+export interface ContactRow { id: string; email: string; name: string | null; company: string | null; message: string; source: string | null; created_at: string }
+export const ContactEntity = new EntitySchema<ContactRow>({
+  name: 'ContactRow', tableName: 'contact_messages',
+  properties: {
+    id: { type: 'string', primary: true },
+    email: { type: 'string' },
+    name: { type: 'string', nullable: true },
+    company: { type: 'string', nullable: true },
+    message: { type: 'text' },
+    source: { type: 'string', nullable: true },
+    created_at: { type: 'string' },
+  },
+});
+
+export const ENTITIES = [ContactEntity, AccountEntity, ApiKeyEntity, CapsuleEntity, ActivityEntity, ProofEntity, KeyEntity, IdempotencyEntity];

@@ -39,6 +39,9 @@ export class Migration0001Initial extends Migration {
       "customer_id" varchar(64) not null, "idem_key" varchar(255) not null, "request_hash" varchar(128) not null,
       "state" varchar(16) not null, "status" integer null, "body" text null, "headers" text null,
       "created_at" varchar(40) not null, primary key ("customer_id", "idem_key"))`);
+    this.addSql(`create table "contact_messages" (
+      "id" varchar(64) primary key, "email" varchar(320) not null, "name" varchar(200) null,
+      "company" varchar(200) null, "message" text not null, "source" varchar(200) null, "created_at" varchar(40) not null)`);
   }
 }
 

@@ -6,11 +6,11 @@ import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ApiError } from '../../shared/errors.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 import type {
-  Account, Capsule, CapsulePage, CapsuleStatus, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
+  Account, Capsule, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
   NewAccount, ReserveOutcome, Store, StoredProof, Tier,
 } from '../domain/index.js';
 import {
-  AccountEntity, ActivityEntity, ApiKeyEntity, CapsuleEntity, IdempotencyEntity, KeyEntity, ProofEntity,
+  AccountEntity, ActivityEntity, ContactEntity, ApiKeyEntity, CapsuleEntity, IdempotencyEntity, KeyEntity, ProofEntity,
   type AccountRow, type CapsuleRow, type ProofRow,
 } from './entities.js';
 import type { Orm } from './orm.js';
@@ -242,6 +242,34 @@ export class SqlStore implements Store {
       key_id: r.key_id, algorithm: 'Ed25519', public_key: r.public_key, created_at: r.created_at,
       signing_authority_id: r.signing_authority_id, signing_key_version: num(r.signing_key_version),
     } : null;
+  }
+
+  async recordDestruction(d: Destruction): Promise<void> {
+    const p = d.proof;
+    try {
+      await this.em().transactional(async (em) => {
+        if (d.key) {
+          await em.insert(KeyEntity, {
+            key_id: d.key.key_id, public_key: d.key.public_key, created_at: d.key.created_at,
+            signing_authority_id: d.key.signing_authority_id, signing_key_version: d.key.signing_key_version,
+          });
+        }
+        await em.insert(ProofEntity, {
+          proof_id: p.proof_id, capsule_id: p.capsule_id, customer_id: p.customer_id, record: JSON.stringify(p.record),
+          response: p.response === null ? null : JSON.stringify(p.response), partial: p.partial ? 1 : 0, created_at: p.created_at,
+        });
+        if (d.capsule.billable) await this.run('update "accounts" set "cdps_used" = "cdps_used" + 1 where "customer_id" = ?', [p.customer_id], em);
+        const set: Partial<CapsuleRow> = { status: d.status };
+        if (d.destroyed_at !== null) set.destroyed_at = d.destroyed_at;
+        const moved = await em.nativeUpdate(CapsuleEntity, { id: d.capsule.id, status: { $in: [...d.from] } }, set);
+        if (moved !== 1) throw new ApiError('resource_conflict', 'capsule already destroyed');
+        await this.run('update "accounts" set "live_capsules" = "live_capsules" - 1 where "customer_id" = ? and "live_capsules" > 0', [d.capsule.customer_id], em);
+      });
+    } catch (e) { conflict(e, 'capsule already destroyed'); }
+  }
+
+  async insertContact(c: ContactMessage): Promise<void> {
+    await this.em().insert(ContactEntity, c);
   }
 
   // ---- idempotency
