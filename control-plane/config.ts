@@ -18,8 +18,10 @@ export interface Config {
   database: DatabaseConfig;
   /** Unix socket of a separately started runner; null = `capsule serve` spawns one. */
   runnerSocket: string | null;
-  baseUrl: string;
-  docsUrl: string;
+  /** Public base URL; null = derived from the listening address at start. */
+  baseUrl: string | null;
+  /** Error docs root (`{docs_url}/errors/<code>`); null = `{base_url}/docs`. */
+  docsUrl: string | null;
   region: string;
   /** Per-IP and per-customer limits; only benchmarks turn them off. */
   rateLimits: boolean;
@@ -78,7 +80,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     throw new ConfigError(`CAPSULE_TIERS_FILE (${tiersFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
   }
   const port = portRaw;
-  const baseUrl = (env.CAPSULE_BASE_URL ?? `http://127.0.0.1:${port}`).replace(/\/$/, '');
+  const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
   if (!Number.isFinite(sweep) || sweep < 50) throw new ConfigError('CAPSULE_SWEEP_INTERVAL_MS: at least 50');
   return {
@@ -88,7 +90,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     database,
     runnerSocket: over.runnerSocket !== undefined ? over.runnerSocket : (env.CAPSULE_RUNNER_SOCKET || null),
     baseUrl,
-    docsUrl: (env.CAPSULE_DOCS_URL ?? `${baseUrl}/docs`).replace(/\/$/, ''),
+    docsUrl: env.CAPSULE_DOCS_URL ? env.CAPSULE_DOCS_URL.replace(/\/$/, '') : null,
     region: env.CAPSULE_REGION ?? 'local',
     rateLimits: bool(env.CAPSULE_RATE_LIMITS, true),
     sweepIntervalMs: sweep,

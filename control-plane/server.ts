@@ -16,7 +16,8 @@ export interface ControlPlane {
   port: number;
   store: Store;
   services: Services;
-  recovery: RecoveryReport;
+  /** null when the runner was unreachable at start. */
+  recovery: RecoveryReport | null;
   close(): Promise<void>;
 }
 
@@ -37,21 +38,18 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile), region: config.region, log: logger,
   };
   const services = buildServices(deps, config.sweepIntervalMs);
-  let recovery: RecoveryReport;
-  try {
-    recovery = await services.recover();
-  } catch (e) {
-    await store.close();
-    throw e;
-  }
-  const app = createApp({
-    services, store, runner, clock, random, logger, limiter: new RateLimiter(() => clock.nowMs()),
-    options: { docsUrl: config.docsUrl, rateLimits: config.rateLimits, version: config.version, uploadMaxBytes: opts.uploadMaxBytes ?? 64 * 1024 * 1024 },
-  });
-  const server: Server = createServer(app.callback());
-  server.keepAliveTimeout = 5000;
+  // Reconcile with the runner now; if it is down, capsule calls retry it later.
+  const recovery: RecoveryReport | null = await services.recovery.ensure().catch(() => null);
+  const server: Server = createServer();
   await new Promise<void>((res, rej) => { server.once('error', rej); server.listen(config.port, config.host, () => res()); });
   const port = (server.address() as AddressInfo).port;
+  const baseUrl = config.baseUrl ?? `http://${config.host}:${port}`;
+  const app = createApp({
+    services, store, runner, clock, random, logger, limiter: new RateLimiter(() => clock.nowMs()),
+    options: { docsUrl: config.docsUrl ?? `${baseUrl}/docs`, rateLimits: config.rateLimits, version: config.version, uploadMaxBytes: opts.uploadMaxBytes ?? 64 * 1024 * 1024 },
+  });
+  server.on('request', app.callback());
+  server.keepAliveTimeout = 5000;
   services.sweeper.start();
   logger.info({ port, driver: config.database.driver }, 'control plane listening');
   return {

@@ -28,7 +28,9 @@ export function parseBody<T>(schema: z.ZodType<T>, value: unknown, root = 'body'
     throw invalid(field, 'unknown field');
   }
   const field = issue.path.length ? issue.path.map(String).join('.') : root;
-  if (issue.code === 'invalid_type' && issue.input === undefined) throw invalid(field, 'is required');
+  let at: unknown = value;
+  for (const k of issue.path) at = at !== null && typeof at === 'object' ? (at as Record<PropertyKey, unknown>)[k as PropertyKey] : undefined;
+  if (at === undefined) throw invalid(field, 'is required');
   throw invalid(field, issue.message);
 }
 

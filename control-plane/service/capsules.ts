@@ -9,6 +9,7 @@ import { cycleStart, isoMicros } from './clock.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 import { fromRunner } from './runner-errors.js';
+import type { RecoveryGate } from './recovery.js';
 
 export const DEFAULT_TTL_SECONDS = 300;
 /** Runner memory ceiling per capsule when no Capsulefile sets one. */
@@ -37,7 +38,7 @@ export class LiveState {
 }
 
 export class CapsuleService {
-  constructor(private readonly d: Deps, private readonly live: LiveState) {}
+  constructor(private readonly d: Deps, private readonly live: LiveState, private readonly gate: RecoveryGate) {}
 
   /** Loads a capsule the caller owns; anything else is 404 (SPEC: ownership). */
   async owned(caller: Caller, id: string, form?: ApiForm): Promise<Capsule> {
@@ -51,6 +52,7 @@ export class CapsuleService {
   /** A capsule an operation needs alive: destroyed or expiring ones give 410. */
   async ownedLive(caller: Caller, id: string, form?: ApiForm): Promise<Capsule> {
     const c = await this.owned(caller, id, form);
+    await this.gate.ensure();
     if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id)) {
       throw new ApiError('capsule_expired', `capsule is ${c.status === 'active' || c.status === 'executing' ? 'being destroyed' : c.status}; its proof is at GET /v1/proofs/${c.id}`);
     }
@@ -60,6 +62,7 @@ export class CapsuleService {
   async create(caller: Caller, input: CreateInput): Promise<Capsule> {
     const a = caller.account;
     const limits = this.d.tiers.limits(a.tier);
+    await this.gate.ensure();
     if (input.egress_profile_id !== undefined) {
       if (a.tier === 'free' || a.tier === 'starter') throw new ApiError('tier_required', 'egress_profile_id: egress profiles need the Team (business) tier or higher');
       // Egress profiles are not served by this install yet: no id can exist.

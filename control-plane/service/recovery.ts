@@ -1,7 +1,8 @@
 // Start-up reconciliation with the runner: capsules the runner reports lost,
 // and live capsules it no longer knows, become `expired_unclean` with a signed
 // partial proof; capsules only the runner knows are destroyed.
-import type { Deps } from './deps.js';
+import { ApiError } from '../../shared/errors.js';
+import type { Deps, Log } from './deps.js';
 import { LOST_ON_RESTART, type DestructionService } from './destruction.js';
 
 export interface RecoveryReport { expired_unclean: string[]; orphans_destroyed: string[] }
@@ -27,4 +28,28 @@ export async function recover(d: Deps, destruction: DestructionService): Promise
   }
   if (report.expired_unclean.length || report.orphans_destroyed.length) d.log.warn({ ...report }, 'recovery done');
   return report;
+}
+
+/**
+ * Capsule operations wait until reconciliation with the runner has succeeded
+ * once; while the runner is unreachable they answer 503 and the next call
+ * tries again. The control plane itself starts either way.
+ */
+export class RecoveryGate {
+  private done: RecoveryReport | null = null;
+  private pending: Promise<RecoveryReport> | null = null;
+  constructor(private readonly run: () => Promise<RecoveryReport>, private readonly log: Log) {}
+
+  get report(): RecoveryReport | null { return this.done; }
+
+  async ensure(): Promise<RecoveryReport> {
+    if (this.done) return this.done;
+    this.pending ??= this.run().then(
+      (r) => { this.done = r; return r; },
+      (e: unknown) => { this.log.warn({ err: e }, 'runner reconciliation failed; capsule operations unavailable'); throw e; },
+    ).finally(() => { this.pending = null; });
+    try { return await this.pending; } catch (e) {
+      throw new ApiError('service_unavailable', 'the capsule runner is unavailable', { cause: e, extra: { retry_after: 5 } });
+    }
+  }
 }

@@ -2,11 +2,12 @@
 // status `expired`, proof included). One pass at a time.
 import type { Deps } from './deps.js';
 import type { DestructionService } from './destruction.js';
+import type { RecoveryGate } from './recovery.js';
 
 export class Sweeper {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
-  constructor(private readonly d: Deps, private readonly destruction: DestructionService, private readonly intervalMs: number) {}
+  constructor(private readonly d: Deps, private readonly destruction: DestructionService, private readonly intervalMs: number, private readonly gate: RecoveryGate) {}
 
   start(): void {
     if (this.timer) return;
@@ -21,6 +22,7 @@ export class Sweeper {
   }
 
   private async pass(): Promise<void> {
+    try { await this.gate.ensure(); } catch { return; }
     let due;
     try { due = await this.d.store.expiredLiveCapsules(this.d.clock.nowIso()); } catch (e) {
       this.d.log.error({ err: e }, 'sweeper: listing expired capsules failed');

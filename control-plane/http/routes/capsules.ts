@@ -73,6 +73,7 @@ export function capsuleRoutes(d: AppDeps): Router {
 
   r.delete('/v1/capsules/:id', a, async (ctx: Ctx) => {
     const c = await s.capsules.owned(caller(ctx), ctx.params.id ?? '', 'capsule');
+    await s.recovery.ensure();
     ctx.body = await s.destruction.destroy(c, 'customer_request');
   });
 

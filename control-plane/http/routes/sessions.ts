@@ -32,6 +32,7 @@ export function sessionRoutes(d: AppDeps): Router {
 
   r.delete('/v1/sessions/:id', a, async (ctx: Ctx) => {
     const c = await s.capsules.owned(caller(ctx), ctx.params.id ?? '', 'session');
+    await s.recovery.ensure();
     const res = await s.destruction.destroy(c, 'customer_request');
     const legacy = emitLegacySessionProof(c.id, String(res.destroyed_at), d.random, d.clock.nowIso());
     await d.store.insertKey(legacy.key);
