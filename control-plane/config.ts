@@ -100,3 +100,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     version: env.npm_package_version ?? '0.1.0',
   };
 }
+
+/** `loadConfig` over this process's environment (the CLI's entry). */
+export function loadConfigFromProcess(over: ConfigOverrides = {}): Config {
+  return loadConfig(process.env, over);
+}

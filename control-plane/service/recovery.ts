@@ -42,6 +42,9 @@ export class RecoveryGate {
 
   get report(): RecoveryReport | null { return this.done; }
 
+  /** The runner restarted: reconcile again before the next capsule call. */
+  reset(): void { this.done = null; }
+
   async ensure(): Promise<RecoveryReport> {
     if (this.done) return this.done;
     this.pending ??= this.run().then(

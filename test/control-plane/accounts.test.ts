@@ -154,3 +154,34 @@ for (const driver of DRIVERS) {
     for (let i = 0; i < 12; i++) t.equal((await s.api.req('POST', '/v1/signup', { json: { email: `n${i}@x.io`, jurisdiction: 'EU' } })).status, 201);
   });
 }
+
+for (const driver of DRIVERS) {
+  t.test(`${driver}: capsule admin set-tier acts on the configured database`, async (t) => {
+    const { spawnSync } = await import('node:child_process');
+    const { fileURLToPath } = await import('node:url');
+    const cli = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
+    const s = await start(driver, noRunner);
+    t.teardown(s.close);
+    const { key, email } = await s.api.signup();
+    const admin = (...args: string[]) => spawnSync(process.execPath, [cli, 'admin', ...args], { encoding: 'utf8', env: { ...process.env, DATABASE_URL: s.db.url } });
+    const ok = admin('set-tier', '--email', email.toUpperCase(), '--tier', 'team');
+    t.equal(ok.status, 0, ok.stderr);
+    t.match(ok.stdout, /tier business/);
+    const me = await s.api.req('GET', '/v1/customers/me', { key });
+    t.equal(me.body.tier, 'business', 'external name team is wire name business');
+    t.equal(me.body.usage.cdp_limit, null, 'paid tiers: cdp_limit null');
+    t.equal(me.body.limits.max_ttl_seconds, 14400, 'limits from the configured tier table');
+    const dev = admin('set-tier', `--email=${email}`, '--tier=developer');
+    t.equal(dev.status, 0);
+    t.equal((await s.api.req('GET', '/v1/customers/me', { key })).body.tier, 'starter');
+    const bad = admin('set-tier', '--email', email, '--tier', 'platinum');
+    t.equal(bad.status, 1);
+    t.match(bad.stderr, /unknown tier "platinum"/);
+    const none = admin('set-tier', '--email', 'nobody@x.io', '--tier', 'free');
+    t.equal(none.status, 1);
+    t.match(none.stderr, /no account/);
+    const usage = admin('set-tier', '--email', email);
+    t.equal(usage.status, 2);
+    t.notMatch(bad.stderr + none.stderr + usage.stderr, /\n\s+at /, 'no stack traces');
+  });
+}
