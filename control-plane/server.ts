@@ -3,6 +3,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
+import type { CryptoProvider } from '../shared/proof/index.js';
 import type { RunnerPort } from '../shared/runner-protocol.js';
 import type { Config } from './config.js';
 import type { Clock, Random, Store } from './domain/index.js';
@@ -26,6 +27,8 @@ export interface StartOptions {
   random?: Random;
   logger?: Logger;
   uploadMaxBytes?: number;
+  /** Faster Node provider for POST /v1/verify and stored-proof checks. */
+  proofCrypto?: CryptoProvider;
 }
 
 export async function startControlPlane(config: Config, runner: RunnerPort, opts: StartOptions = {}): Promise<ControlPlane> {
@@ -36,6 +39,7 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
   const deps = {
     store, runner, clock, random, tiers: new TierTable(config.paidTiers),
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile), region: config.region, log: logger,
+    ...(opts.proofCrypto ? { proofCrypto: opts.proofCrypto } : {}),
   };
   const services = buildServices(deps, config.sweepIntervalMs);
   // Reconcile with the runner now; if it is down, capsule calls retry it later.

@@ -1,4 +1,5 @@
 // What every service receives: ports only, injected at start.
+import type { CryptoProvider } from '../../shared/proof/index.js';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
 import type { Clock, Random, Store, TierTable } from '../domain/index.js';
 import type { RegulatoryMapping } from './regulatory.js';
@@ -19,4 +20,6 @@ export interface Deps {
   regulatory: RegulatoryMapping;
   region: string;
   log: Log;
+  /** Hash/verify provider for proof verification (default: the library's isomorphic one). */
+  proofCrypto?: CryptoProvider;
 }

@@ -43,7 +43,7 @@ export class ProofService {
   }
 
   verify(doc: unknown): VerifyResult {
-    return verifyProof(doc, { now: () => this.d.clock.nowIso() });
+    return verifyProof(doc, { now: () => this.d.clock.nowIso(), ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}) });
   }
 
   async key(keyId: string): Promise<KeyRecord> {

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import tap from 'tap';
+import type tap from 'tap';
 import { pino } from 'pino';
 import { loadConfig, type Config } from '../../control-plane/config.js';
 import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
