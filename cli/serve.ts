@@ -9,7 +9,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { RunnerPort } from '../shared/runner-protocol.js';
+import { RunnerClient } from '../shared/node/runner-client.js';
 import { ConfigError, loadConfigFromProcess, ReconnectingRunner, startControlPlane, type ConfigOverrides } from '../control-plane/index.js';
 
 const USAGE = 'usage: capsule serve [--port N] [--data-dir DIR] [--runner-socket PATH]\n';
@@ -87,8 +87,6 @@ export async function main(argv: string[]): Promise<number> {
   let child: ChildProcess | null = null;
   let socket = config.runnerSocket;
   if (!socket) ({ child, socket } = await spawnRunner(config.dataDir));
-  // Loaded by path so that the CLI's other commands never pull in the client.
-  const { RunnerClient } = (await import(RUNNER_CLIENT)) as { RunnerClient: new (path: string) => RunnerPort };
   const sock = socket;
   const runner = new ReconnectingRunner(() => new RunnerClient(sock));
   const cp = await startControlPlane(config, runner);
@@ -116,5 +114,3 @@ export async function main(argv: string[]): Promise<number> {
     });
   });
 }
-
-const RUNNER_CLIENT = new URL('../shared/node/runner-client.js', import.meta.url).href;

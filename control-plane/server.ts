@@ -3,6 +3,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
+import { createNodeCrypto } from '../shared/node/crypto-node.js';
 import type { CryptoProvider } from '../shared/proof/index.js';
 import type { RunnerPort } from '../shared/runner-protocol.js';
 import type { Config } from './config.js';
@@ -39,7 +40,7 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
   const deps = {
     store, runner, clock, random, tiers: new TierTable(config.paidTiers),
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile), region: config.region, log: logger,
-    ...(opts.proofCrypto ? { proofCrypto: opts.proofCrypto } : {}),
+    proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };
   const services = buildServices(deps, config.sweepIntervalMs);
   // Reconcile with the runner now; if it is down, capsule calls retry it later.
@@ -53,7 +54,8 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
     options: { docsUrl: config.docsUrl ?? `${baseUrl}/docs`, rateLimits: config.rateLimits, version: config.version, uploadMaxBytes: opts.uploadMaxBytes ?? 64 * 1024 * 1024 },
   });
   server.on('request', app.callback());
-  server.keepAliveTimeout = 5000;
+  // Longer than clients' idle keep-alive (undici: 4 s), so a client never reuses a socket we just closed.
+  server.keepAliveTimeout = 65_000;
   services.sweeper.start();
   logger.info({ port, driver: config.database.driver }, 'control plane listening');
   return {

@@ -1,16 +1,13 @@
 // Accounts, auth, the error envelope, bad input and per-IP / per-customer
 // limits over real HTTP, on SQLite and PostgreSQL. These paths need no runner.
 import t from 'tap';
-import { RunnerError, type RunnerPort } from '../../shared/runner-protocol.js';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { RunnerClient } from '../../shared/node/runner-client.js';
 import { DRIVERS, envelope, start } from './harness.js';
 
-// PLACEHOLDER until shared/node/runner-client.ts lands on main: a runner that
-// is not running (every call fails as the real client does without a socket).
-const down = (): never => { throw new RunnerError('unavailable', 'no runner socket'); };
-const noRunner: RunnerPort = {
-  hello: async () => down(), create: async () => down(), exec: async () => down(), upload: async () => down(),
-  listOutput: async () => down(), readOutput: async () => down(), destroy: async () => down(), list: async () => down(), close: async () => {},
-};
+// The real runner client pointed at a socket nobody listens on: the runner is down.
+const noRunner = new RunnerClient(join(tmpdir(), `cp-no-runner-${process.pid}.sock`));
 
 for (const driver of DRIVERS) {
   t.test(`${driver}: accounts, auth and errors`, async (t) => {
