@@ -1,12 +1,13 @@
 // `capsule serve [--port N] [--data-dir DIR] [--runner-socket PATH]`
 // Starts the control plane. Unless pointed at a separately started runner
 // (--runner-socket or CAPSULE_RUNNER_SOCKET), it spawns a local runner child
-// (dist/sandbox-runner/main.js) whose socket and state live under the data
-// dir, so that this one command is a working single-node install.
+// (dist/sandbox-runner/main.js) whose socket and state live under
+// /run/capsule-runner/<hash of the data dir>, so that this one command is a working single-node install.
 // Secrets (DATABASE_URL) come only from the environment or *_FILE files;
 // nothing is generated: proofs are signed with per-proof ephemeral keys.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RunnerClient } from '../shared/node/runner-client.js';
@@ -52,9 +53,22 @@ async function stopStaleRunner(pidFile: string): Promise<void> {
   if (existsSync(`/proc/${pid}`)) process.kill(pid, 'SIGKILL');
 }
 
+/**
+ * The local runner's socket and state live in /run (volatile, like the
+ * capsules; survives a serve restart, not a reboot), one directory per data
+ * dir. WARNING: capsule uids must traverse every ancestor of the state dir to
+ * bind their tmpfs, which a private (0700) data dir would forbid.
+ */
+function runnerDir(dataDir: string): string {
+  const dir = join('/run/capsule-runner', createHash('sha256').update(dataDir).digest('hex').slice(0, 16));
+  mkdirSync(dir, { recursive: true, mode: 0o711 });
+  chmodSync('/run/capsule-runner', 0o711);
+  chmodSync(dir, 0o711);
+  return dir;
+}
+
 async function spawnRunner(dataDir: string): Promise<{ child: ChildProcess; socket: string }> {
-  const dir = join(dataDir, 'runner');
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const dir = runnerDir(dataDir);
   const pidFile = join(dir, 'runner.pid');
   await stopStaleRunner(pidFile);
   const socket = join(dir, 'runner.sock');

@@ -3,7 +3,7 @@
 // with signed partial proofs and loses no stored proof. SQLite and PostgreSQL.
 import t from 'tap';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -38,7 +38,8 @@ for (const driver of DRIVERS) {
     const db = await freshDb(driver);
     const dataDir = mkdtempSync(join(tmpdir(), 'cp-serve-'));
     const uids = reserveUidBlock(64);
-    t.teardown(async () => { await db.drop(); removeStateDir(dataDir); uids.release(); });
+    const runnerDir = join('/run/capsule-runner', createHash('sha256').update(dataDir).digest('hex').slice(0, 16));
+    t.teardown(async () => { await db.drop(); removeStateDir(runnerDir); removeStateDir(dataDir); uids.release(); });
     const env: NodeJS.ProcessEnv = {
       PATH: process.env.PATH, DATABASE_URL: db.url, LOG_LEVEL: 'warn', CAPSULE_RATE_LIMITS: 'off',
       CAPSULE_RUNNER_UID_BASE: String(uids.base), CAPSULE_RUNNER_UID_COUNT: String(uids.count),
@@ -50,7 +51,9 @@ for (const driver of DRIVERS) {
     t.equal((await api.req('GET', '/v1/health/ready')).status, 200, 'ready with its own runner');
     const u = await api.signup();
     const done = (await api.req('POST', '/v1/capsules', { key: u.key, json: {} })).body;
-    await api.req('POST', `/v1/capsules/${done.id}/exec`, { key: u.key, json: { command: 'echo hi' } });
+    const hi = await api.req('POST', `/v1/capsules/${done.id}/exec`, { key: u.key, json: { command: 'echo hi' } });
+    t.equal(hi.body.exit_code, 0, `a command runs under serve's own runner: ${hi.text}`);
+    t.equal(hi.body.stdout, 'hi\n');
     const destroyed = await api.req('DELETE', `/v1/capsules/${done.id}`, { key: u.key });
     t.equal(destroyed.status, 200);
     const idle = (await api.req('POST', '/v1/capsules', { key: u.key, json: { data_classification: 'PHI' } })).body;
