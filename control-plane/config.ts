@@ -26,6 +26,8 @@ export interface Config {
   /** Per-IP and per-customer limits; only benchmarks turn them off. */
   rateLimits: boolean;
   sweepIntervalMs: number;
+  /** Bound on one upload body (the runner has its own bound too). */
+  uploadMaxBytes: number;
   paidTiers: PaidTierTable;
   regulatoryMappingFile: string;
   logLevel: string;
@@ -83,6 +85,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
   if (!Number.isFinite(sweep) || sweep < 50) throw new ConfigError('CAPSULE_SWEEP_INTERVAL_MS: at least 50');
+  const upload = Number(env.CAPSULE_UPLOAD_MAX_BYTES ?? 64 * 1024 * 1024);
+  if (!Number.isInteger(upload) || upload < 1) throw new ConfigError('CAPSULE_UPLOAD_MAX_BYTES: a positive integer');
   return {
     host: env.CAPSULE_HOST ?? '127.0.0.1',
     port,
@@ -94,6 +98,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     region: env.CAPSULE_REGION ?? 'local',
     rateLimits: bool(env.CAPSULE_RATE_LIMITS, true),
     sweepIntervalMs: sweep,
+    uploadMaxBytes: upload,
     paidTiers: paid,
     regulatoryMappingFile: env.CAPSULE_REGULATORY_MAPPING ?? policy('regulatory-mapping.yaml'),
     logLevel: env.LOG_LEVEL ?? 'info',

@@ -27,7 +27,6 @@ export interface StartOptions {
   clock?: Clock;
   random?: Random;
   logger?: Logger;
-  uploadMaxBytes?: number;
   /** Faster Node provider for POST /v1/verify and stored-proof checks. */
   proofCrypto?: CryptoProvider;
 }
@@ -51,7 +50,7 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
   const baseUrl = config.baseUrl ?? `http://${config.host}:${port}`;
   const app = createApp({
     services, store, runner, clock, random, logger, limiter: new RateLimiter(() => clock.nowMs()),
-    options: { docsUrl: config.docsUrl ?? `${baseUrl}/docs`, rateLimits: config.rateLimits, version: config.version, uploadMaxBytes: opts.uploadMaxBytes ?? 64 * 1024 * 1024 },
+    options: { docsUrl: config.docsUrl ?? `${baseUrl}/docs`, rateLimits: config.rateLimits, version: config.version, uploadMaxBytes: config.uploadMaxBytes },
   });
   server.on('request', app.callback());
   // Longer than clients' idle keep-alive (undici: 4 s), so a client never reuses a socket we just closed.

@@ -302,6 +302,42 @@ for (const driver of DRIVERS) {
     });
   });
 
+  t.test(`${driver}: timeouts, OOM, destroy during a command, racing destroys, upload bound`, async (t) => {
+    const runner = await startRunner();
+    t.teardown(() => runner.stop());
+    const s = await start(driver, runner.client, { CAPSULE_RATE_LIMITS: 'off', CAPSULE_UPLOAD_MAX_BYTES: '1024' });
+    t.teardown(s.close);
+    const { api } = s;
+    const u = await api.signup();
+    const c = await create(api, u.key);
+    const to = await api.req('POST', `/v1/capsules/${c.id}/exec`, { key: u.key, json: { command: 'sleep 5', timeout: 1 } });
+    t.equal(to.status, 200);
+    t.equal(to.body.timed_out, true, 'SIGTERM at the exec timeout');
+    const oom = await api.req('POST', `/v1/capsules/${c.id}/exec`, { key: u.key, json: { command: 'python3 -c "a = bytearray(900 * 1024 * 1024)"' } });
+    t.equal(oom.status, 200);
+    t.equal(oom.body.oom_killed, true, `memory bomb OOM-killed: ${oom.text}`);
+    t.match(envelope(t, await api.req('POST', `/v1/capsules/${c.id}/upload?filename=big`, { key: u.key, raw: Buffer.alloc(2048) }), 413, 'payload_too_large').message, /exceeds 1024 bytes/);
+    // Destroy while a command runs.
+    const pending = api.req('POST', `/v1/capsules/${c.id}/exec`, { key: u.key, json: { command: 'sleep 20' } });
+    await new Promise((r) => setTimeout(r, 400));
+    t.equal((await api.req('GET', `/v1/capsules/${c.id}`, { key: u.key })).body.status, 'executing');
+    const [d1, d2] = await Promise.all([
+      api.req('DELETE', `/v1/capsules/${c.id}`, { key: u.key }),
+      new Promise((r) => setTimeout(r, 20)).then(() => api.req('DELETE', `/v1/capsules/${c.id}`, { key: u.key })),
+    ]);
+    t.same([d1.status, d2.status].sort(), [200, 409], 'racing destroys: one proof, one conflict');
+    const d = d1.status === 200 ? d1.body : d2.body;
+    t.same(d.cdp.termination, { trigger: 'customer_request', command_was_running: true, command_completed: false });
+    const types = d.cdp.activity.map((e: any) => e.type);
+    t.same(types.slice(0, 6), ['CapsuleStarted', 'ExecutionStarted', 'ExecutionCompleted', 'ExecutionStarted', 'ExecutionOomKilled', 'ExecutionStarted']);
+    t.equal(types.at(-1), 'DestructionInitiated', 'DestructionInitiated is last');
+    t.equal(verifyProof(d.cdp).valid, true);
+    const p = await pending;
+    t.not(p.status, 500, `the interrupted exec gets a specified answer: ${p.status}`);
+    t.equal((await api.req('GET', `/v1/capsules/${c.id}`, { key: u.key })).body.status, 'destroyed');
+    t.same(await runner.client.list(), []);
+  });
+
   t.test(`${driver}: TTL expiry destroys with a proof (status expired)`, async (t) => {
     const runner = await startRunner();
     t.teardown(() => runner.stop());

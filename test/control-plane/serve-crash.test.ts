@@ -14,10 +14,12 @@ import { Api, DRIVERS, envelope, freshDb } from './harness.js';
 
 const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
 
-async function serve(env: NodeJS.ProcessEnv, dataDir: string): Promise<{ child: ChildProcess; api: Api; stderr: () => string }> {
+async function serve(env: NodeJS.ProcessEnv, dataDir: string): Promise<{ child: ChildProcess; api: Api; stderr: () => string; stdout: () => string }> {
   const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--data-dir', dataDir], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
+  let all = '';
   child.stderr!.on('data', (b: Buffer) => { err += b.toString(); });
+  child.stdout!.on('data', (b: Buffer) => { all += b.toString(); });
   const url = await new Promise<string>((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => reject(new Error(`serve not ready: ${err}`)), 60_000);
@@ -28,7 +30,7 @@ async function serve(env: NodeJS.ProcessEnv, dataDir: string): Promise<{ child: 
       if (m?.[1]) { clearTimeout(timer); resolve(m[1]); }
     });
   });
-  return { child, api: new Api(url), stderr: () => err };
+  return { child, api: new Api(url), stderr: () => err, stdout: () => all };
 }
 
 const exited = (c: ChildProcess): Promise<void> => new Promise((r) => { if (c.exitCode !== null || c.signalCode !== null) r(); else c.once('exit', () => r()); });
@@ -41,7 +43,7 @@ for (const driver of DRIVERS) {
     const runnerDir = join('/run/capsule-runner', createHash('sha256').update(dataDir).digest('hex').slice(0, 16));
     t.teardown(async () => { await db.drop(); removeStateDir(runnerDir); removeStateDir(dataDir); uids.release(); });
     const env: NodeJS.ProcessEnv = {
-      PATH: process.env.PATH, DATABASE_URL: db.url, LOG_LEVEL: 'warn', CAPSULE_RATE_LIMITS: 'off',
+      PATH: process.env.PATH, DATABASE_URL: db.url, LOG_LEVEL: 'info', CAPSULE_RATE_LIMITS: 'off',
       CAPSULE_RUNNER_UID_BASE: String(uids.base), CAPSULE_RUNNER_UID_COUNT: String(uids.count),
       CAPSULE_RUNNER_CGROUP_NAME: `capsule-cptest-${randomBytes(6).toString('hex')}`,
     };
@@ -59,6 +61,18 @@ for (const driver of DRIVERS) {
     const idle = (await api.req('POST', '/v1/capsules', { key: u.key, json: { data_classification: 'PHI' } })).body;
     await api.req('POST', `/v1/capsules/${idle.id}/upload?filename=a.txt`, { key: u.key, raw: 'data' });
     const busy = (await api.req('POST', '/v1/capsules', { key: u.key, json: {} })).body;
+    // Logs: the trace id is propagated; keys and customer bytes never appear.
+    const secret = 'very-secret-input-bytes-4711';
+    const traced = await api.req('POST', `/v1/capsules/${idle.id}/exec`, { key: u.key, json: { command: 'cat /data/input/data >/dev/null', input_data: secret }, headers: { 'x-svc-trace-id': 'trace-abc-123' } });
+    t.equal(traced.status, 200);
+    await new Promise((r) => setTimeout(r, 300));
+    const lines = first.stdout().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+    const line = lines.find((l) => l.trace_id === 'trace-abc-123');
+    t.ok(line, 'a log line carries the trace id');
+    t.equal(line?.request_id, traced.headers.get('x-svc-request-id'), 'and the request id');
+    t.notOk(first.stdout().includes(u.key), 'no API key in logs');
+    t.notOk(first.stdout().includes(secret), 'no input bytes in logs');
+    t.notOk(first.stdout().includes(u.email), 'no email in logs');
     // A command is running when the server dies.
     const running = api.req('POST', `/v1/capsules/${busy.id}/exec`, { key: u.key, json: { command: 'sleep 30' } }).catch(() => null);
     await new Promise((r) => setTimeout(r, 500));
@@ -91,7 +105,7 @@ for (const driver of DRIVERS) {
       t.equal(cv.status, 0, `capsule verify accepts the partial proof: ${cv.stdout}${cv.stderr}`);
     }
     const idleProof = (await api2.req('GET', `/v1/proofs/${idle.id}`, { key: u.key })).body.cdp;
-    t.same(idleProof.activity.map((e: any) => e.type), ['CapsuleStarted', 'FileUploaded'], 'the trail recorded before the crash is kept');
+    t.same(idleProof.activity.map((e: any) => e.type), ['CapsuleStarted', 'FileUploaded', 'ExecutionStarted', 'ExecutionCompleted'], 'the trail recorded before the crash is kept');
     const kept = await api2.req('GET', `/v1/proofs/${done.id}`, { key: u.key });
     t.same(kept.body.cdp, destroyed.body.cdp, 'the proof stored before the crash is intact');
     const me = await api2.req('GET', '/v1/customers/me', { key: u.key });
