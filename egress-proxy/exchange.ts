@@ -139,7 +139,9 @@ export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, 
       rt.refuse({ host: target.host, port: target.port, reason: 'body_too_large_for_inspection' });
       sendError(res, 413, 'body_too_large_for_inspection',
         `request body over ${rt.limits.maxInspectBytes} bytes cannot be checked against mcp_policy`);
-      req.destroy();
+      // Discard the rest (the response says connection: close); cut the socket if the client keeps sending.
+      req.resume();
+      res.once('finish', () => setTimeout(() => req.socket.destroy(), 2000).unref());
       return;
     }
     // No tool policy: nothing to enforce, stream the rest through.
