@@ -91,6 +91,6 @@ export class StreamChunker {
     this.onChunk({ index: this.#index++, bytes: this.#bytes, digest: this.#hash.digest() });
     this.#hash = createHash('sha512');
     this.#bytes = 0;
-    this.#lineEmpty = true;
+    // Line state is kept: a size cut can fall mid-line.
   }
 }
