@@ -255,8 +255,9 @@ function send(
   }
 
   ureq.on('socket', (sock) => {
-    sock.once('secureConnect', () => { secure = true; });
-    if ((sock as TLSSocket).encrypted && !(sock as TLSSocket).connecting) secure = true; // kept-alive socket
+    // A kept-alive socket finished its handshake long ago; only a fresh one gets the listener (else it leaks per request).
+    if (ureq.reusedSocket) secure = true;
+    else sock.once('secureConnect', () => { secure = true; });
   });
   ureq.on('timeout', () => ureq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
   ureq.on('error', (err: NodeJS.ErrnoException) => {
