@@ -53,12 +53,14 @@ export interface EgressProxy {
   stop(): Promise<KeyDestructionEvidence>;
 }
 
-/** Default wall/monotonic clock; RFC 3339 with six fraction digits. */
+const origin = performance.timeOrigin;
+/** Default wall/monotonic clock; RFC 3339 with six fraction digits (one time source for both parts). */
 export const systemClock: EgressClock = {
   nowIso: () => {
-    const ms = Date.now();
-    const micro = Math.floor((performance.timeOrigin + performance.now()) * 1000) % 1000;
-    return new Date(ms).toISOString().replace(/\.(\d{3})Z$/, (_, m: string) => `.${m}${String(Math.max(0, micro)).padStart(3, '0')}Z`);
+    const t = origin + performance.now();
+    const ms = Math.floor(t);
+    const micro = Math.min(999, Math.floor((t - ms) * 1000));
+    return `${new Date(ms).toISOString().slice(0, 23)}${String(micro).padStart(3, '0')}Z`;
   },
   monoMs: () => performance.now(),
 };
