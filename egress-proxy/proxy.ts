@@ -189,6 +189,8 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
       }
       if (stopping || sock.destroyed) { sock.destroy(); return; }
       sock.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      // A tunnel that never handshakes or goes silent is closed (client-side slow loris).
+      sock.setTimeout(limits.idleTimeoutMs, () => sock.destroy());
       const start = (first: Buffer) => {
         sock.pause();
         sock.unshift(first);

@@ -26,7 +26,8 @@ const proxy = await startEgressProxy({
     { kind: 'domain', value: 'api.egress.test', port: P.loris },
     { kind: 'domain', value: 'unlisted-ip.egress.test', port: P.https },
     // Loopback upstreams need the address named explicitly (loopback is refused otherwise).
-    ...[P.https, P.http, P.rogue, P.refused, P.badTls, P.loris].map((port) => ({ kind: 'ip_v4' as const, value: '127.0.0.1', port })),
+    { kind: 'domain', value: 'api.egress.test', port: P.fatHeaders },
+    ...[P.https, P.http, P.rogue, P.refused, P.badTls, P.loris, P.fatHeaders].map((port) => ({ kind: 'ip_v4' as const, value: '127.0.0.1', port })),
   ],
   declaration: ['api.egress.test', 'decl-only.egress.test', 'unlisted-ip.egress.test', '127.0.0.1'],
   extraCaPem: pki.caPem,
@@ -215,6 +216,32 @@ t.test('hostile upstream: huge streamed response is cut at the bound; the client
   const ev = eventsOf(events, 'SealedHttpRequest')[0];
   t.equal(ev?.outcome, 'response_too_large');
   t.ok((ev?.response_body_bytes ?? 0) <= 8 * 1024 * 1024 + 64 * 1024);
+});
+
+t.test('hostile upstream: oversized response headers -> 502', async (t) => {
+  const r = await curl(`https://api.egress.test:${P.fatHeaders}/json`);
+  t.equal(split(r.stdout).status, 502);
+});
+
+t.test('hostile client: a CONNECT tunnel that never starts TLS is closed after the idle bound', async (t) => {
+  const { connect } = await import('node:net');
+  const short = await startEgressProxy({
+    capsuleId: 'cap_idle', tcp: { host: '127.0.0.1', port: 0 },
+    profileRules: [{ kind: 'domain', value: 'api.egress.test', port: P.https }, { kind: 'ip_v4', value: '127.0.0.1', port: P.https }],
+    declaration: ['api.egress.test', '127.0.0.1'], resolver: fakeResolver({ 'api.egress.test': '127.0.0.1' }),
+    onEvent: () => {}, limits: { idleTimeoutMs: 500 },
+  });
+  const t0 = Date.now();
+  const closed = await new Promise<string>((resolve) => {
+    const s = connect(short.tcpAddress!.port, '127.0.0.1', () => s.write(`CONNECT api.egress.test:${P.https} HTTP/1.1\r\nHost: api.egress.test:${P.https}\r\n\r\n`));
+    let got = '';
+    s.on('data', (d) => { got += d; });
+    s.on('close', () => resolve(got));
+    s.on('error', () => {});
+  });
+  t.match(closed, /^HTTP\/1\.1 200/);
+  t.ok(Date.now() - t0 < 5000, 'closed by the proxy');
+  await short.stop();
 });
 
 t.test('the proxy stays up after hostile upstreams and serves the next request', async (t) => {
