@@ -110,7 +110,15 @@ async function workerMain() {
   const out = {
     keepalive: { direct: await sequential(directKA, port, N_KEEPALIVE), proxied: await sequential(proxKA, port, N_KEEPALIVE) },
     newconn: { direct: await sequential(directNew, port, N_NEWCONN), proxied: await sequential(proxNew, port, N_NEWCONN) },
-    rps: { direct: await throughput(directKA, port), proxied: await throughput(proxKA, port) },
+    rps: {
+      direct: await throughput(directKA, port),
+      proxied: await (async () => {
+        parentPort!.postMessage({ kind: 'elu-start' });
+        const r = await throughput(proxKA, port);
+        parentPort!.postMessage({ kind: 'elu-end' });
+        return r;
+      })(),
+    },
   };
   for (const a of [directKA, directNew, proxKA, proxNew]) a.destroy();
   srv.close();
@@ -131,6 +139,12 @@ async function main() {
     onEvent: () => { events++; },
   });
   worker.postMessage({ proxyPort: proxy.tcpAddress!.port, capsuleCa: proxy.caPem });
+  let elu0 = performance.eventLoopUtilization();
+  let proxyElu = NaN;
+  worker.on('message', (m) => {
+    if (m.kind === 'elu-start') elu0 = performance.eventLoopUtilization();
+    if (m.kind === 'elu-end') proxyElu = performance.eventLoopUtilization(elu0).utilization;
+  });
   const { out } = await new Promise<{ out: { keepalive: Record<'direct' | 'proxied', { p50: number; p99: number }>; newconn: Record<'direct' | 'proxied', { p50: number; p99: number }>; rps: Record<'direct' | 'proxied', number> } }>(
     (r) => worker.on('message', (m) => { if (m.kind === 'result') r(m); }));
   await proxy.stop();
@@ -140,6 +154,7 @@ async function main() {
   console.log(`  kept-alive HTTPS, ${N_KEEPALIVE} sequential GETs: direct p50 ${f(out.keepalive.direct.p50)} ms p99 ${f(out.keepalive.direct.p99)} ms | proxied p50 ${f(out.keepalive.proxied.p50)} ms p99 ${f(out.keepalive.proxied.p99)} ms | added p50 ${f(out.keepalive.proxied.p50 - out.keepalive.direct.p50)} ms (target <= 2 ms)`);
   console.log(`  new connection per GET, ${N_NEWCONN} sequential:   direct p50 ${f(out.newconn.direct.p50)} ms p99 ${f(out.newconn.direct.p99)} ms | proxied p50 ${f(out.newconn.proxied.p50)} ms p99 ${f(out.newconn.proxied.p99)} ms | added p50 ${f(out.newconn.proxied.p50 - out.newconn.direct.p50)} ms`);
   console.log(`  throughput, ${CONCURRENCY} concurrent kept-alive clients, ${THROUGHPUT_MS} ms: direct ${out.rps.direct.toFixed(0)} req/s | through one proxy ${out.rps.proxied.toFixed(0)} req/s (target >= 1000)`);
+  console.log(`  proxy thread event-loop utilization during the proxied throughput run: ${(proxyElu * 100).toFixed(0)}% (below 100% = the proxy was not the bottleneck)`);
   console.log(`  activity events recorded: ${events}`);
 }
 

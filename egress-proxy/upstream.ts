@@ -33,7 +33,8 @@ export interface Pools {
 
 /** Keep-alive pools for one capsule. Pool keys include the connected address and SNI, so one checked address never serves another name. */
 export function createPools(maxSocketsPerDestination: number): Pools {
-  const opts = { keepAlive: true, maxSockets: maxSocketsPerDestination, maxFreeSockets: 16, scheduling: 'lifo' as const };
+  // maxFreeSockets = maxSockets: a smaller free pool closes and re-handshakes upstream sockets under load.
+  const opts = { keepAlive: true, maxSockets: maxSocketsPerDestination, maxFreeSockets: maxSocketsPerDestination, scheduling: 'lifo' as const };
   return { http: new HttpAgent(opts), https: new HttpsAgent(opts) };
 }
 
