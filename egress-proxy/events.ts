@@ -24,7 +24,8 @@ export type EgressOutcome =
   | 'upstream_tls_failed'  // handshake or certificate validation failed: nothing was sent
   | 'upstream_timeout'     // no response headers, or body idle, within the bound
   | 'response_too_large'   // response exceeded the proxy's size bound and was cut
-  | 'client_aborted';      // the capsule closed the connection first
+  | 'client_aborted'       // the capsule closed the connection first
+  | 'proxy_stopped';       // the capsule was being destroyed (stop()) while the exchange was in flight
 
 export interface SealedHttpRequest extends Base {
   type: 'SealedHttpRequest';

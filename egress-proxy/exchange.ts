@@ -68,6 +68,8 @@ export interface Runtime {
   emit(e: EgressEvent): void;
   refuse(r: Omit<EgressRefusal, 'at'>): void;
   nextExchange(): number;
+  /** In-flight exchanges; stop() aborts each so their events are emitted before it resolves. */
+  inFlight: Set<() => void>;
 }
 
 /** Where an admitted request goes: the name the capsule asked for and the one address that was checked. */
@@ -83,6 +85,8 @@ export interface Target {
 const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate',
   'te', 'trailer', 'transfer-encoding', 'upgrade', 'host',
+  // The proxy already holds (or streams) the body; the upstream's 100-continue is not awaited.
+  'expect',
 ]);
 
 function endToEnd(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
@@ -214,9 +218,12 @@ function send(
   timers.push(headersTimer);
   timers.push(setTimeout(() => abort('upstream_timeout', 504, 'exchange exceeded its time bound'), L.maxExchangeMs));
 
+  const stopNow = () => { ureq.destroy(); sendError(res, 502, 'proxy_stopped', 'capsule egress stopped'); finish('proxy_stopped'); };
+  rt.inFlight.add(stopNow);
   const finish = (outcome: EgressOutcome) => {
     if (done) return;
     done = true;
+    rt.inFlight.delete(stopNow);
     for (const t of timers) clearTimeout(t);
     const duration = Math.max(0, Math.round((rt.clock.monoMs() - s.t0) * 1000) / 1000);
     const bodyHash = asSha512(reqHash.digest());

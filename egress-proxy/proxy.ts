@@ -131,6 +131,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
     emit: (e) => { try { config.onEvent(e); } catch { callbackErrors++; } },
     refuse: (r) => { try { config.onRefusal?.({ at: clock.nowIso(), ...r }); } catch { callbackErrors++; } },
     nextExchange: () => ++exchanges,
+    inFlight: new Set(),
   };
 
   const sockets = new Set<Socket>();
@@ -251,6 +252,8 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
       stop() {
         stopped ??= (async () => {
           stopping = true;
+          // In-flight exchanges end now, so their last events precede stop()'s result (and DestructionInitiated).
+          for (const abort of [...rt.inFlight]) abort();
           const closing = listeners.map((l) => new Promise<void>((r) => l.close(() => r())));
           outer.closeAllConnections();
           inner.closeAllConnections();

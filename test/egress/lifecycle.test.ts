@@ -102,3 +102,24 @@ t.test('a throwing onEvent callback does not break the proxy', async (t) => {
   t.equal(proxy.droppedCallbackErrors, 1);
   await proxy.stop();
 });
+
+t.test('stop() ends in-flight exchanges and emits their events before it resolves', async (t) => {
+  const events: EgressEvent[] = [];
+  const proxy = await startEgressProxy({
+    capsuleId: 'cap_inflight', tcp: { host: '127.0.0.1', port: 0 },
+    profileRules: [{ kind: 'domain', value: 'a.egress.test', port: up.ports.loris }, { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.loris }],
+    declaration: ['a.egress.test', '127.0.0.1'], extraCaPem: pki.caPem,
+    resolver: fakeResolver({ 'a.egress.test': '127.0.0.1' }),
+    onEvent: (e) => events.push(e),
+  });
+  const ca = tmp.write('inflight.pem', proxy.caPem);
+  const client = run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--max-time', '20', '--proxy', `http://127.0.0.1:${proxy.tcpAddress?.port}`, '--cacert', ca, `https://a.egress.test:${up.ports.loris}/json`]);
+  for (let i = 0; i < 100 && up.seen.length === 0 && events.length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+  await new Promise((r) => setTimeout(r, 300)); // the request is now waiting on the dripping upstream
+  await proxy.stop();
+  const sealed = events.filter((e) => e.type === 'SealedHttpRequest');
+  t.equal(sealed.length, 1, 'recorded before stop() resolved');
+  t.equal((sealed[0] as { outcome?: string }).outcome, 'proxy_stopped');
+  const r = await client;
+  t.not(r.stdout, '200');
+});
