@@ -1,0 +1,118 @@
+// `npm run bench:api`: control plane over HTTP on loopback against a real
+// runner, on SQLite and PostgreSQL. Prints p50/p99 of create, exec `true`,
+// destroy and the full create->upload->exec->download->destroy->verify round
+// trip; POST /v1/verify throughput with rate limiting off; 50 capsules driven
+// concurrently. Figures are printed, never asserted.
+//   flags: --iter=100 --verify-seconds=5 --concurrent=50 --drivers=sqlite,postgresql
+import { performance } from 'node:perf_hooks';
+import { pino } from 'pino';
+import { startControlPlane } from '../control-plane/server.js';
+import { startRunner } from '../test/helpers/runner.js';
+import { Api, freshDb, testConfig, type Driver } from '../test/control-plane/harness.js';
+
+const argNum = (name: string, dflt: number): number => {
+  const a = process.argv.find((x) => x.startsWith(`--${name}=`));
+  return a ? Number(a.slice(name.length + 3)) : dflt;
+};
+const ITER = argNum('iter', 100);
+const VERIFY_SECONDS = argNum('verify-seconds', 5);
+const CONCURRENT = argNum('concurrent', 50);
+const driversArg = process.argv.find((x) => x.startsWith('--drivers='));
+const DRIVERS = (driversArg ? driversArg.slice(10).split(',') : ['sqlite', 'postgresql']) as Driver[];
+
+function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN;
+}
+const fmt = (xs: number[]): string => `p50 ${pct(xs, 50).toFixed(1)} ms  p99 ${pct(xs, 99).toFixed(1)} ms  (n=${xs.length})`;
+
+async function timed<T>(out: number[], f: () => Promise<T>): Promise<T> {
+  const t0 = performance.now();
+  const r = await f();
+  out.push(performance.now() - t0);
+  return r;
+}
+
+function must(r: { status: number; text: string }, status: number, what: string): void {
+  if (r.status !== status) throw new Error(`${what}: ${r.status} ${r.text.slice(0, 300)}`);
+}
+
+async function benchDriver(driver: Driver): Promise<void> {
+  const runner = await startRunner({ options: { max_capsules: '128' } });
+  const db = await freshDb(driver);
+  const cp = await startControlPlane(testConfig(db.url, { CAPSULE_RATE_LIMITS: 'off' }), runner.client, { logger: pino({ level: 'silent' }) });
+  try {
+    const api = new Api(cp.url);
+    const { key, email } = await api.signup();
+    await cp.store.setTierByEmail(email, 'enterprise'); // no quota or concurrency cap in the way
+    const create: number[] = [], exec: number[] = [], destroy: number[] = [], round: number[] = [];
+    const payload = Buffer.alloc(4096, 'x');
+    // warm-up
+    for (let i = 0; i < 5; i++) {
+      const c = await api.req('POST', '/v1/capsules', { key, json: {} });
+      await api.req('DELETE', `/v1/capsules/${c.body.id}`, { key });
+    }
+    for (let i = 0; i < ITER; i++) {
+      const c = await timed(create, () => api.req('POST', '/v1/capsules', { key, json: {} }));
+      must(c, 201, 'create');
+      must(await timed(exec, () => api.req('POST', `/v1/capsules/${c.body.id}/exec`, { key, json: { command: 'true' } })), 200, 'exec');
+      must(await timed(destroy, () => api.req('DELETE', `/v1/capsules/${c.body.id}`, { key })), 200, 'destroy');
+    }
+    let proof: unknown = null;
+    for (let i = 0; i < ITER; i++) {
+      await timed(round, async () => {
+        const c = await api.req('POST', '/v1/capsules', { key, json: {} });
+        must(c, 201, 'create');
+        const id = c.body.id as string;
+        must(await api.req('POST', `/v1/capsules/${id}/upload?filename=in.bin`, { key, raw: payload }), 200, 'upload');
+        must(await api.req('POST', `/v1/capsules/${id}/exec`, { key, json: { command: 'cp /data/input/in.bin /data/output/out.bin' } }), 200, 'exec');
+        must(await api.req('GET', `/v1/capsules/${id}/output/out.bin`, { key }), 200, 'download');
+        const d = await api.req('DELETE', `/v1/capsules/${id}`, { key });
+        must(d, 200, 'destroy');
+        const v = await api.req('POST', '/v1/verify', { json: { cdp: d.body.audit_proof } });
+        if (v.body?.valid !== true) throw new Error(`verify: ${v.text}`);
+        proof = d.body.audit_proof;
+      });
+    }
+    console.log(`\n[${driver}] ${ITER} iterations, one at a time`);
+    console.log(`  create                     ${fmt(create)}`);
+    console.log(`  exec true                  ${fmt(exec)}`);
+    console.log(`  destroy (proof signed)     ${fmt(destroy)}`);
+    console.log(`  full round trip            ${fmt(round)}`);
+    console.log('    (create -> upload 4 KB -> exec -> download -> destroy -> POST /v1/verify)');
+
+    // POST /v1/verify throughput, 32 requests in flight, rate limiting off.
+    const body = JSON.stringify({ cdp: proof });
+    let n = 0, bad = 0;
+    const until = performance.now() + VERIFY_SECONDS * 1000;
+    await Promise.all(Array.from({ length: 32 }, async () => {
+      while (performance.now() < until) {
+        const r = await fetch(`${cp.url}/v1/verify`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        const j = await r.json() as { valid?: boolean };
+        if (j.valid === true) n++; else bad++;
+      }
+    }));
+    console.log(`  POST /v1/verify            ${(n / VERIFY_SECONDS).toFixed(0)} verifications/s over ${VERIFY_SECONDS} s (32 in flight, ${bad} not valid)`);
+
+    // 50 capsules driven concurrently: create -> exec -> destroy each, count errors.
+    const errors: string[] = [];
+    const t0 = performance.now();
+    await Promise.all(Array.from({ length: CONCURRENT }, async (_, i) => {
+      try {
+        const c = await api.req('POST', '/v1/capsules', { key, json: {} });
+        must(c, 201, 'create');
+        must(await api.req('POST', `/v1/capsules/${c.body.id}/exec`, { key, json: { command: `echo ${i}` } }), 200, 'exec');
+        const d = await api.req('DELETE', `/v1/capsules/${c.body.id}`, { key });
+        must(d, 200, 'destroy');
+      } catch (e) { errors.push((e as Error).message); }
+    }));
+    console.log(`  ${CONCURRENT} concurrent capsules     ${errors.length} errors, all done in ${(performance.now() - t0).toFixed(0)} ms${errors.length ? `: ${errors[0]}` : ''}`);
+  } finally {
+    await cp.close();
+    await runner.stop();
+    await db.drop();
+  }
+}
+
+console.log(`bench:api  node ${process.version}  ${new Date().toISOString()}`);
+for (const d of DRIVERS) await benchDriver(d);
