@@ -1,5 +1,120 @@
-// Placeholder until the serve command lands.
-export async function main(_argv: string[]): Promise<number> {
-  process.stderr.write('capsule serve: not available yet\n');
-  return 2;
+// `capsule serve [--port N] [--data-dir DIR] [--runner-socket PATH]`
+// Starts the control plane. Unless pointed at a separately started runner
+// (--runner-socket or CAPSULE_RUNNER_SOCKET), it spawns a local runner child
+// (dist/sandbox-runner/main.js) whose socket and state live under the data
+// dir, so that this one command is a working single-node install.
+// Secrets (DATABASE_URL) come only from the environment or *_FILE files;
+// nothing is generated: proofs are signed with per-proof ephemeral keys.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { RunnerPort } from '../shared/runner-protocol.js';
+import { ConfigError, loadConfigFromProcess, ReconnectingRunner, startControlPlane, type ConfigOverrides } from '../control-plane/index.js';
+
+const USAGE = 'usage: capsule serve [--port N] [--data-dir DIR] [--runner-socket PATH]\n';
+const RUNNER_MAIN = fileURLToPath(new URL('../sandbox-runner/main.js', import.meta.url));
+
+function parseArgs(argv: string[]): ConfigOverrides | string {
+  const over: ConfigOverrides = {};
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? '';
+    const [flag, inline] = a.includes('=') ? [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)] : [a, undefined];
+    const value = (): string | undefined => inline ?? argv[++i];
+    if (flag === '--port') {
+      const v = Number(value());
+      if (!Number.isInteger(v) || v < 0 || v > 65535) return '--port: expected a port number';
+      over.port = v;
+    } else if (flag === '--data-dir') {
+      const v = value(); if (!v) return '--data-dir: expected a directory'; over.dataDir = v;
+    } else if (flag === '--runner-socket') {
+      const v = value(); if (!v) return '--runner-socket: expected a socket path'; over.runnerSocket = v;
+    } else if (flag === '-h' || flag === '--help') {
+      return 'help';
+    } else {
+      return `unknown option ${JSON.stringify(a)}`;
+    }
+  }
+  return over;
 }
+
+/** Stops a runner left behind by a previous serve that was killed (its pid file names it). */
+async function stopStaleRunner(pidFile: string): Promise<void> {
+  if (!existsSync(pidFile)) return;
+  const pid = Number(readFileSync(pidFile, 'utf8').trim());
+  rmSync(pidFile, { force: true });
+  if (!Number.isInteger(pid) || pid <= 1) return;
+  let cmd = '';
+  try { cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8'); } catch { return; }
+  if (!cmd.includes(RUNNER_MAIN)) return; // pid reused by something else: not ours
+  process.kill(pid, 'SIGTERM');
+  for (let i = 0; i < 100 && existsSync(`/proc/${pid}`); i++) await new Promise((r) => setTimeout(r, 100));
+  if (existsSync(`/proc/${pid}`)) process.kill(pid, 'SIGKILL');
+}
+
+async function spawnRunner(dataDir: string): Promise<{ child: ChildProcess; socket: string }> {
+  const dir = join(dataDir, 'runner');
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const pidFile = join(dir, 'runner.pid');
+  await stopStaleRunner(pidFile);
+  const socket = join(dir, 'runner.sock');
+  // setpriv --pdeathsig: the runner gets SIGTERM if this process dies, even by SIGKILL.
+  const child = spawn('setpriv', ['--pdeathsig', 'TERM', process.execPath, RUNNER_MAIN, `--socket=${socket}`, `--state_dir=${join(dir, 'state')}`], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  writeFileSync(pidFile, String(child.pid ?? ''), { mode: 0o600 });
+  await new Promise<void>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error('runner did not report ready within 30 s')), 30_000);
+    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`runner exited with code ${code} before it was ready`)); });
+    child.stdout?.on('data', (b: Buffer) => {
+      out += b.toString('utf8');
+      if (/^ready /m.test(out)) { clearTimeout(timer); resolve(); }
+    });
+  });
+  return { child, socket };
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const over = parseArgs(argv);
+  if (over === 'help') { process.stdout.write(USAGE); return 0; }
+  if (typeof over === 'string') { process.stderr.write(`capsule serve: ${over}\n${USAGE}`); return 2; }
+  let config;
+  try { config = loadConfigFromProcess(over); } catch (e) {
+    if (e instanceof ConfigError) { process.stderr.write(`capsule serve: bad configuration: ${e.message}\n`); return 2; }
+    throw e;
+  }
+  let child: ChildProcess | null = null;
+  let socket = config.runnerSocket;
+  if (!socket) ({ child, socket } = await spawnRunner(config.dataDir));
+  // Loaded by path so that the CLI's other commands never pull in the client.
+  const { RunnerClient } = (await import(RUNNER_CLIENT)) as { RunnerClient: new (path: string) => RunnerPort };
+  const sock = socket;
+  const runner = new ReconnectingRunner(() => new RunnerClient(sock));
+  const cp = await startControlPlane(config, runner);
+  runner.onReconnect(() => cp.services.recovery.reset());
+  process.stdout.write(`capsule: control plane listening on ${cp.url} (database: ${config.database.driver}, data dir: ${config.dataDir})\n`);
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = async (): Promise<void> => {
+      if (stopping) return;
+      stopping = true;
+      await cp.close().catch(() => undefined);
+      await runner.close().catch(() => undefined);
+      if (child && child.exitCode === null) {
+        child.kill('SIGTERM');
+        await new Promise((r) => { child?.once('exit', r); setTimeout(r, 15_000).unref(); });
+      }
+      resolve(0);
+    };
+    process.once('SIGINT', () => void stop());
+    process.once('SIGTERM', () => void stop());
+    child?.once('exit', (code) => {
+      if (stopping) return;
+      process.stderr.write(`capsule serve: the local runner exited (code ${code}); stopping\n`);
+      void stop().then(() => resolve(1));
+    });
+  });
+}
+
+const RUNNER_CLIENT = new URL('../shared/node/runner-client.js', import.meta.url).href;

@@ -1,0 +1,107 @@
+// The one place that reads process.env: read once at start into a typed,
+// validated object. Everything else receives a Config.
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import type { PaidTierTable } from './domain/index.js';
+
+export type DatabaseConfig =
+  | { driver: 'sqlite'; file: string }
+  | { driver: 'postgresql'; url: string };
+
+export interface Config {
+  host: string;
+  port: number;
+  dataDir: string;
+  database: DatabaseConfig;
+  /** Unix socket of a separately started runner; null = `capsule serve` spawns one. */
+  runnerSocket: string | null;
+  /** Public base URL; null = derived from the listening address at start. */
+  baseUrl: string | null;
+  /** Error docs root (`{docs_url}/errors/<code>`); null = `{base_url}/docs`. */
+  docsUrl: string | null;
+  region: string;
+  /** Per-IP and per-customer limits; only benchmarks turn them off. */
+  rateLimits: boolean;
+  sweepIntervalMs: number;
+  paidTiers: PaidTierTable;
+  regulatoryMappingFile: string;
+  logLevel: string;
+  version: string;
+}
+
+export class ConfigError extends Error {}
+
+const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
+const policy = (name: string): string => resolve(repoRoot, 'policies', name);
+
+const tierRow = z.strictObject({
+  capsules_per_month: z.number().int().positive().nullable(),
+  max_ttl_seconds: z.number().int().positive(),
+  concurrent_capsules: z.number().int().positive().nullable(),
+  rate_limit_rpm: z.number().int().positive(),
+});
+const tierTable = z.strictObject({ starter: tierRow, business: tierRow, enterprise: tierRow });
+
+/** Reads `NAME` or, for secrets, the file named by `NAME_FILE`. */
+function secret(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const file = env[`${name}_FILE`];
+  if (file) return readFileSync(file, 'utf8').trim();
+  return env[name] || undefined;
+}
+
+function bool(v: string | undefined, dflt: boolean): boolean {
+  if (v === undefined || v === '') return dflt;
+  if (/^(1|true|on|yes)$/i.test(v)) return true;
+  if (/^(0|false|off|no)$/i.test(v)) return false;
+  throw new ConfigError(`expected a boolean, got "${v}"`);
+}
+
+export interface ConfigOverrides { port?: number; dataDir?: string; runnerSocket?: string | null; databaseUrl?: string }
+
+export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): Config {
+  const portRaw = over.port ?? (env.PORT ? Number(env.PORT) : 8080);
+  if (!Number.isInteger(portRaw) || portRaw < 0 || portRaw > 65535) throw new ConfigError(`PORT: not a port number: ${String(env.PORT)}`);
+  const dataDir = resolve(over.dataDir ?? env.CAPSULE_DATA_DIR ?? './data');
+  const url = over.databaseUrl ?? secret(env, 'DATABASE_URL');
+  let database: DatabaseConfig;
+  if (url && /^postgres(ql)?:\/\//.test(url)) database = { driver: 'postgresql', url };
+  else if (url && url.startsWith('file:')) database = { driver: 'sqlite', file: resolve(url.slice(5)) };
+  else if (url) throw new ConfigError('DATABASE_URL: expected postgres://... or file:<path>');
+  else database = { driver: 'sqlite', file: resolve(dataDir, 'capsule.db') };
+
+  const tiersFile = env.CAPSULE_TIERS_FILE ?? policy('tiers.yaml');
+  let paid: PaidTierTable;
+  try {
+    paid = tierTable.parse(parseYaml(readFileSync(tiersFile, 'utf8')));
+  } catch (e) {
+    throw new ConfigError(`CAPSULE_TIERS_FILE (${tiersFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
+  }
+  const port = portRaw;
+  const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
+  const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
+  if (!Number.isFinite(sweep) || sweep < 50) throw new ConfigError('CAPSULE_SWEEP_INTERVAL_MS: at least 50');
+  return {
+    host: env.CAPSULE_HOST ?? '127.0.0.1',
+    port,
+    dataDir,
+    database,
+    runnerSocket: over.runnerSocket !== undefined ? over.runnerSocket : (env.CAPSULE_RUNNER_SOCKET || null),
+    baseUrl,
+    docsUrl: env.CAPSULE_DOCS_URL ? env.CAPSULE_DOCS_URL.replace(/\/$/, '') : null,
+    region: env.CAPSULE_REGION ?? 'local',
+    rateLimits: bool(env.CAPSULE_RATE_LIMITS, true),
+    sweepIntervalMs: sweep,
+    paidTiers: paid,
+    regulatoryMappingFile: env.CAPSULE_REGULATORY_MAPPING ?? policy('regulatory-mapping.yaml'),
+    logLevel: env.LOG_LEVEL ?? 'info',
+    version: env.npm_package_version ?? '0.1.0',
+  };
+}
+
+/** `loadConfig` over this process's environment (the CLI's entry). */
+export function loadConfigFromProcess(over: ConfigOverrides = {}): Config {
+  return loadConfig(process.env, over);
+}

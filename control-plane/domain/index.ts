@@ -1,0 +1,5 @@
+// Public entry of the domain layer.
+export * from './types.js';
+export * from './ports.js';
+export * from './tiers.js';
+export * from './schemas.js';

@@ -1,0 +1,111 @@
+// Request schemas (zod) and the one translation of a schema failure into the
+// SPEC's 400: the message names the field. Unknown fields are rejected.
+import { z } from 'zod';
+import { ApiError, invalid } from '../../shared/errors.js';
+import { DATA_CLASSIFICATIONS, JURISDICTIONS } from './types.js';
+
+/** SPEC "Limits". Sizes are UTF-8 bytes. */
+export const COMMAND_MAX_BYTES = 10 * 1024;
+export const INPUT_DATA_MAX_BYTES = 512 * 1024;
+export const METADATA_MAX_BYTES = 4 * 1024;
+export const METADATA_MAX_KEYS = 16;
+export const METADATA_KEY_MAX_CHARS = 64;
+export const METADATA_VALUE_MAX_CHARS = 256;
+export const RESERVED_METADATA_PREFIX = 'svc:';
+
+const utf8Bytes = (s: string): number => Buffer.byteLength(s, 'utf8');
+const chars = (s: string): number => [...s].length;
+
+/** Converts the first zod issue into invalid_parameters naming the field. */
+export function parseBody<T>(schema: z.ZodType<T>, value: unknown, root = 'body'): T {
+  const r = schema.safeParse(value);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0];
+  if (!issue) throw invalid(root, 'invalid');
+  if (issue.code === 'unrecognized_keys') {
+    const key = issue.keys[0] ?? '?';
+    const field = [...issue.path.map(String), key].join('.');
+    throw invalid(field, 'unknown field');
+  }
+  const field = issue.path.length ? issue.path.map(String).join('.') : root;
+  let at: unknown = value;
+  for (const k of issue.path) at = at !== null && typeof at === 'object' ? (at as Record<PropertyKey, unknown>)[k as PropertyKey] : undefined;
+  if (at === undefined) throw invalid(field, 'is required');
+  throw invalid(field, issue.message);
+}
+
+const int = (min: number, max: number) => z.number().int().min(min).max(max);
+
+export const signupSchema = z.strictObject({
+  email: z.string().trim().max(254).regex(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, 'must be an email address'),
+  jurisdiction: z.enum(JURISDICTIONS),
+});
+
+export const contactSchema = z.strictObject({
+  email: z.string().trim().max(254).regex(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, 'must be an email address'),
+  name: z.string().max(200).optional(),
+  company: z.string().max(200).optional(),
+  message: z.string().min(1).max(5000),
+  source: z.string().max(200).optional(),
+});
+
+export const createCapsuleSchema = z.strictObject({
+  ttl: int(1, 365 * 24 * 3600).optional(),
+  /** Self-hosted / client-library name of `ttl`; the two must agree if both are given. */
+  max_lifetime_seconds: int(1, 365 * 24 * 3600).optional(),
+  data_classification: z.enum(DATA_CLASSIFICATIONS).optional(),
+  capsulefile_id: z.string().min(1).max(128).optional(),
+  egress_profile_id: z.string().min(1).max(128).optional(),
+  metadata: z.record(z.string(), z.unknown()).optional(),
+});
+export type CreateCapsuleBody = z.infer<typeof createCapsuleSchema>;
+
+export const createSessionSchema = z.strictObject({
+  data_classification: z.enum(DATA_CLASSIFICATIONS).optional(),
+  ttl: int(1, 365 * 24 * 3600).optional(),
+});
+
+export const execSchema = z.strictObject({
+  command: z.string().min(1),
+  input_data: z.string().optional(),
+  input_filename: z.string().min(1).max(4096).optional(),
+  timeout: int(1, 365 * 24 * 3600).optional(),
+});
+export type ExecBody = z.infer<typeof execSchema>;
+
+export const sessionExecSchema = z.strictObject({
+  command: z.string().min(1),
+  input_data: z.string().optional(),
+  timeout: int(1, 365 * 24 * 3600).optional(),
+});
+
+export const verifySchema = z.strictObject({ cdp: z.unknown() });
+
+/** Size limits that answer 413 rather than 400 (SPEC: 413 for command / input_data). */
+export function checkExecSizes(body: { command: string; input_data?: string | undefined }): void {
+  if (utf8Bytes(body.command) > COMMAND_MAX_BYTES) {
+    throw new ApiError('payload_too_large', `command: exceeds ${COMMAND_MAX_BYTES} bytes`, { extra: { field: 'command' } });
+  }
+  if (body.input_data !== undefined && utf8Bytes(body.input_data) > INPUT_DATA_MAX_BYTES) {
+    throw new ApiError('payload_too_large', `input_data: exceeds ${INPUT_DATA_MAX_BYTES} bytes; use the upload endpoint`, { extra: { field: 'input_data' } });
+  }
+}
+
+/** SPEC "Limits": capsule metadata. Errors name `metadata.<key>`. */
+export function validateMetadata(raw: Record<string, unknown> | undefined): Record<string, string> {
+  if (raw === undefined) return {};
+  const keys = Object.keys(raw);
+  if (keys.length > METADATA_MAX_KEYS) throw invalid('metadata', `at most ${METADATA_MAX_KEYS} keys`);
+  const out: Record<string, string> = {};
+  for (const k of keys) {
+    const v = raw[k];
+    if (k.length === 0) throw invalid('metadata', 'keys must not be empty');
+    if (chars(k) > METADATA_KEY_MAX_CHARS) throw invalid(`metadata.${k.slice(0, 64)}`, `key longer than ${METADATA_KEY_MAX_CHARS} characters`);
+    if (k.toLowerCase().startsWith(RESERVED_METADATA_PREFIX)) throw invalid(`metadata.${k}`, `the "${RESERVED_METADATA_PREFIX}" key prefix is reserved`);
+    if (typeof v !== 'string') throw invalid(`metadata.${k}`, 'value must be a string');
+    if (chars(v) > METADATA_VALUE_MAX_CHARS) throw invalid(`metadata.${k}`, `value longer than ${METADATA_VALUE_MAX_CHARS} characters`);
+    out[k] = v;
+  }
+  if (utf8Bytes(JSON.stringify(out)) > METADATA_MAX_BYTES) throw invalid('metadata', `exceeds ${METADATA_MAX_BYTES} bytes in total`);
+  return out;
+}

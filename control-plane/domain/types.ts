@@ -1,0 +1,93 @@
+// Domain records of the control plane. Types only: no I/O.
+
+export const TIERS = ['free', 'starter', 'business', 'enterprise'] as const;
+export type Tier = (typeof TIERS)[number];
+
+export const JURISDICTIONS = ['US', 'EU', 'UK', 'CA', 'AU', 'IN', 'OTHER'] as const;
+export type Jurisdiction = (typeof JURISDICTIONS)[number];
+
+export const DATA_CLASSIFICATIONS = ['general', 'PHI', 'PII', 'financial', 'credentials'] as const;
+export type DataClassification = (typeof DATA_CLASSIFICATIONS)[number];
+
+export const CAPSULE_STATUSES = ['active', 'executing', 'destroyed', 'expired', 'expired_unclean'] as const;
+export type CapsuleStatus = (typeof CAPSULE_STATUSES)[number];
+/** Statuses in which the capsule still exists on a runner. */
+export const LIVE_STATUSES: readonly CapsuleStatus[] = ['active', 'executing'];
+
+/** Which wire form created the capsule: the capsule API or the session-named variant. */
+export type ApiForm = 'capsule' | 'session';
+
+export interface Limits {
+  capsules_per_month: number | null;
+  max_ttl_seconds: number;
+  concurrent_capsules: number | null;
+  rate_limit_rpm: number;
+  /** Proofs per billing cycle; null = unlimited (SPEC: `cdp_limit`). */
+  cdp_limit: number | null;
+}
+
+export interface Account {
+  customer_id: string;
+  email: string;
+  tier: Tier;
+  jurisdiction: Jurisdiction;
+  created_at: string;
+  billing_cycle_start: string;
+  capsules_used_this_month: number;
+  cdps_this_cycle: number;
+  live_capsules: number;
+}
+
+/** The authenticated caller: the account plus the kind of key it used. */
+export interface Caller {
+  account: Account;
+  key_mode: 'live' | 'test';
+}
+
+export interface Capsule {
+  id: string;
+  customer_id: string;
+  status: CapsuleStatus;
+  api_form: ApiForm;
+  ttl_seconds: number;
+  created_at: string;
+  expires_at: string;
+  data_classification: DataClassification;
+  jurisdiction: Jurisdiction;
+  capsulefile_id: string | null;
+  metadata: Record<string, string>;
+  execution_count: number;
+  bytes_processed: number;
+  destroyed_at: string | null;
+  /** Whether proofs from this capsule are billable (live key). */
+  billable: boolean;
+}
+
+export interface StoredProof {
+  proof_id: string;
+  capsule_id: string;
+  customer_id: string;
+  /** The AuditRecord as emitted (JSON object). */
+  record: Record<string, unknown>;
+  /** Destroy response body as first answered (replayed on lookups that need it). */
+  response: Record<string, unknown> | null;
+  partial: boolean;
+  created_at: string;
+}
+
+export interface KeyRecord {
+  key_id: string;
+  algorithm: 'Ed25519';
+  /** Raw base64, no prefix (SPEC: key record endpoint). */
+  public_key: string;
+  created_at: string;
+  signing_authority_id: string;
+  signing_key_version: number;
+}
+
+/** A stored response of an idempotent POST, replayed for 24 h. */
+export interface IdempotentResponse {
+  status: number;
+  body: string;
+  headers: Record<string, string>;
+}

@@ -1,0 +1,21 @@
+// Assembles the Koa application: request context first, then the routers.
+import Koa from 'koa';
+import type { AppDeps } from './context.js';
+import { requestContext } from './middleware.js';
+import { capsuleRoutes } from './routes/capsules.js';
+import { publicRoutes } from './routes/public.js';
+import { sessionRoutes } from './routes/sessions.js';
+
+export type { AppDeps, HttpOptions } from './context.js';
+export { ERROR_TABLE, renderError } from './errors.js';
+export { RateLimiter } from './rate-limit.js';
+
+export function createApp(d: AppDeps): Koa {
+  const app = new Koa({ proxy: false });
+  app.silent = true; // errors are rendered and logged by requestContext
+  app.use(requestContext(d) as Koa.Middleware);
+  for (const r of [publicRoutes(d), capsuleRoutes(d), sessionRoutes(d)]) {
+    app.use(r.routes() as unknown as Koa.Middleware);
+  }
+  return app;
+}

@@ -1,0 +1,43 @@
+// Per-request state shared by the middleware and routes, and the app's deps.
+import type { Context, Next } from 'koa';
+import type { Logger } from 'pino';
+import type { RunnerPort } from '../../shared/runner-protocol.js';
+import type { Caller, Clock, Random, Store } from '../domain/index.js';
+import type { Services } from '../service/index.js';
+import type { RateLimiter } from './rate-limit.js';
+
+export interface HttpOptions {
+  docsUrl: string;
+  rateLimits: boolean;
+  version: string;
+  uploadMaxBytes: number;
+}
+
+export interface AppDeps {
+  services: Services;
+  store: Store;
+  runner: RunnerPort;
+  clock: Clock;
+  random: Random;
+  logger: Logger;
+  options: HttpOptions;
+  limiter: RateLimiter;
+}
+
+export interface State {
+  requestId: string;
+  traceId: string | null;
+  log: Logger;
+  caller?: Caller;
+  json?: unknown;
+}
+
+export type Ctx = Context & { state: State; params: Record<string, string> };
+export type Mw = (ctx: Ctx, next: Next) => Promise<void>;
+
+/** The authenticated caller; the auth middleware guarantees it on authenticated routes. */
+export function caller(ctx: Ctx): Caller {
+  const c = ctx.state.caller;
+  if (!c) throw new Error('route mounted without auth');
+  return c;
+}

@@ -1,0 +1,93 @@
+// Authenticated capsule and proof routes.
+import Router from '@koa/router';
+import { invalid } from '../../../shared/errors.js';
+import { checkExecSizes, createCapsuleSchema, execSchema, parseBody, validateMetadata } from '../../domain/index.js';
+import { readRaw } from '../body.js';
+import { caller, type AppDeps, type Ctx } from '../context.js';
+import { auth, idempotent, json } from '../middleware.js';
+import { capsuleCreated, capsuleStatus, contentTypeFor, execView, fileView } from './views.js';
+
+export function capsuleRoutes(d: AppDeps): Router {
+  const r = new Router<Ctx['state']>();
+  const s = d.services;
+  const a = auth(d);
+
+  r.post('/v1/capsules', a, idempotent(d), async (ctx: Ctx) => {
+    const body = parseBody(createCapsuleSchema, await json(ctx));
+    if (body.ttl !== undefined && body.max_lifetime_seconds !== undefined && body.ttl !== body.max_lifetime_seconds) {
+      throw invalid('max_lifetime_seconds', 'must equal ttl when both are given');
+    }
+    const c = await s.capsules.create(caller(ctx), {
+      ttl: body.ttl ?? body.max_lifetime_seconds, data_classification: body.data_classification,
+      capsulefile_id: body.capsulefile_id, egress_profile_id: body.egress_profile_id,
+      metadata: validateMetadata(body.metadata), form: 'capsule',
+    });
+    ctx.status = 201;
+    ctx.set('Location', `/v1/capsules/${c.id}`);
+    ctx.body = capsuleCreated(c);
+  });
+
+  r.get('/v1/capsules', a, async (ctx: Ctx) => {
+    const lim = ctx.query.limit === undefined ? 20 : Number(ctx.query.limit);
+    if (!Number.isInteger(lim) || lim < 1 || lim > 100) throw invalid('limit', 'must be an integer from 1 to 100');
+    const cursor = typeof ctx.query.cursor === 'string' && ctx.query.cursor !== '' ? ctx.query.cursor : null;
+    if (cursor !== null && !/^[0-9TZ:.-]{20,40}\|[a-z]+_[0-9a-f]{1,64}$/.test(cursor)) throw invalid('cursor', 'not a cursor this endpoint issued');
+    const page = await s.capsules.list(caller(ctx), lim, cursor);
+    ctx.body = { items: page.items.map(capsuleStatus), next_cursor: page.next_cursor };
+  });
+
+  r.get('/v1/capsules/:id', a, async (ctx: Ctx) => {
+    ctx.body = capsuleStatus(await s.capsules.owned(caller(ctx), ctx.params.id ?? ''));
+  });
+
+  r.post('/v1/capsules/:id/exec', a, async (ctx: Ctx) => {
+    const id = ctx.params.id ?? '';
+    await s.capsules.owned(caller(ctx), id);
+    const body = parseBody(execSchema, await json(ctx));
+    checkExecSizes(body);
+    ctx.body = execView(id, await s.capsules.exec(caller(ctx), id, body));
+  });
+
+  r.post('/v1/capsules/:id/upload', a, async (ctx: Ctx) => {
+    const id = ctx.params.id ?? '';
+    const filename = ctx.query.filename;
+    if (typeof filename !== 'string' || filename === '') throw invalid('filename', 'query parameter is required');
+    await s.capsules.ownedLive(caller(ctx), id);
+    const bytes = await readRaw(ctx, d.options.uploadMaxBytes);
+    const entry = await s.capsules.upload(caller(ctx), id, filename, bytes);
+    ctx.body = { capsule_id: id, ...fileView(entry) };
+  });
+
+  r.get('/v1/capsules/:id/output', a, async (ctx: Ctx) => {
+    const id = ctx.params.id ?? '';
+    const files = await s.capsules.listOutput(caller(ctx), id);
+    ctx.body = { capsule_id: id, files: files.map(fileView) };
+  });
+
+  r.get('/v1/capsules/:id/output/:filename', a, async (ctx: Ctx) => {
+    const out = await s.capsules.readOutput(caller(ctx), ctx.params.id ?? '', ctx.params.filename ?? '');
+    ctx.set('X-Svc-File-Sha512', out.entry.sha512);
+    ctx.type = contentTypeFor(out.entry.filename);
+    ctx.body = Buffer.from(out.bytes);
+  });
+
+  r.delete('/v1/capsules/:id', a, async (ctx: Ctx) => {
+    const c = await s.capsules.owned(caller(ctx), ctx.params.id ?? '', 'capsule');
+    await s.recovery.ensure();
+    ctx.body = await s.destruction.destroy(c, 'customer_request');
+  });
+
+  r.get('/v1/capsules/:id/cdp', a, async (ctx: Ctx) => {
+    ctx.body = await s.proofs.record(caller(ctx), ctx.params.id ?? '');
+  });
+
+  r.get('/v1/proofs/:capsule_id', a, async (ctx: Ctx) => {
+    ctx.body = await s.proofs.proofRecord(caller(ctx), ctx.params.capsule_id ?? '');
+  });
+
+  r.get('/v1/customers/me', a, async (ctx: Ctx) => {
+    ctx.body = await s.accounts.me(caller(ctx));
+  });
+
+  return r;
+}

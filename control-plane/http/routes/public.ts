@@ -1,0 +1,66 @@
+// Public (no key) routes, each limited per source IP, and health.
+import Router from '@koa/router';
+import { invalid } from '../../../shared/errors.js';
+import { ApiError } from '../../../shared/errors.js';
+import { contactSchema, parseBody, signupSchema, verifySchema } from '../../domain/index.js';
+import type { AppDeps, Ctx } from '../context.js';
+import { ipLimit, json } from '../middleware.js';
+
+/** SPEC "Limits": per-IP limits on public endpoints, requests per minute. */
+export const PUBLIC_LIMITS = { signup: 10, verify: 60, contact: 5, cdpVerify: 30, keys: 120 } as const;
+
+async function within<T>(p: Promise<T>, ms: number): Promise<T> {
+  let t: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([p, new Promise<T>((_, rej) => { t = setTimeout(() => rej(new Error('timeout')), ms); })]);
+  } finally { clearTimeout(t); }
+}
+
+export function publicRoutes(d: AppDeps): Router {
+  const r = new Router<Ctx['state']>();
+  const s = d.services;
+
+  r.post('/v1/signup', ipLimit(d, 'signup', PUBLIC_LIMITS.signup), async (ctx: Ctx) => {
+    const b = parseBody(signupSchema, await json(ctx));
+    ctx.status = 201;
+    ctx.body = await s.accounts.signup(b.email, b.jurisdiction);
+  });
+
+  r.post('/v1/contact', ipLimit(d, 'contact', PUBLIC_LIMITS.contact), async (ctx: Ctx) => {
+    const b = parseBody(contactSchema, await json(ctx));
+    await s.accounts.contact(b);
+    ctx.body = { status: 'received' };
+  });
+
+  r.post('/v1/verify', ipLimit(d, 'verify', PUBLIC_LIMITS.verify), async (ctx: Ctx) => {
+    const b = parseBody(verifySchema, await json(ctx));
+    if (b.cdp === undefined) throw invalid('cdp', 'is required');
+    ctx.body = s.proofs.verify(b.cdp);
+  });
+
+  r.get('/v1/capsules/:id/cdp/verify', ipLimit(d, 'cdp-verify', PUBLIC_LIMITS.cdpVerify), async (ctx: Ctx) => {
+    const format = ctx.query.format;
+    if (format !== undefined && format !== 'presentation') throw invalid('format', 'only "presentation" is supported');
+    ctx.body = await s.proofs.publicProof(ctx.params.id ?? '', format === 'presentation');
+  });
+
+  r.get('/v1/keys/:id', ipLimit(d, 'keys', PUBLIC_LIMITS.keys), async (ctx: Ctx) => {
+    ctx.body = await s.proofs.key(ctx.params.id ?? '');
+  });
+
+  r.get('/v1/health', async (ctx: Ctx) => {
+    ctx.body = { status: 'healthy', version: d.options.version, timestamp: d.clock.nowIso() };
+  });
+
+  r.get('/v1/health/ready', async (ctx: Ctx) => {
+    const checks = { database: 'ok', runner: 'ok' };
+    await within(d.store.ping(), 2000).catch(() => { checks.database = 'unavailable'; });
+    await within(d.runner.list(), 2000).catch(() => { checks.runner = 'unavailable'; });
+    if (checks.database !== 'ok' || checks.runner !== 'ok') {
+      throw new ApiError('service_unavailable', `not ready: database ${checks.database}, runner ${checks.runner}`, { extra: { retry_after: 5 } });
+    }
+    ctx.body = { status: 'ready', checks, timestamp: d.clock.nowIso() };
+  });
+
+  return r;
+}

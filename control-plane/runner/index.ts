@@ -1,0 +1,2 @@
+// Public entry of the runner adapter.
+export { ReconnectingRunner } from './reconnecting.js';

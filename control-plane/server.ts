@@ -1,0 +1,64 @@
+// Starts the control plane on a given runner: store (migrations applied),
+// recovery against the runner, sweeper, HTTP listener. Returns a handle.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { pino, type Logger } from 'pino';
+import type { RunnerPort } from '../shared/runner-protocol.js';
+import type { Config } from './config.js';
+import type { Clock, Random, Store } from './domain/index.js';
+import { TierTable } from './domain/index.js';
+import { createApp, RateLimiter } from './http/app.js';
+import { buildServices, loadRegulatoryMapping, systemClock, systemRandom, type RecoveryReport, type Services } from './service/index.js';
+import { openStore } from './store/index.js';
+
+export interface ControlPlane {
+  url: string;
+  port: number;
+  store: Store;
+  services: Services;
+  /** null when the runner was unreachable at start. */
+  recovery: RecoveryReport | null;
+  close(): Promise<void>;
+}
+
+export interface StartOptions {
+  clock?: Clock;
+  random?: Random;
+  logger?: Logger;
+  uploadMaxBytes?: number;
+}
+
+export async function startControlPlane(config: Config, runner: RunnerPort, opts: StartOptions = {}): Promise<ControlPlane> {
+  const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'control-plane' } });
+  const clock = opts.clock ?? systemClock;
+  const random = opts.random ?? systemRandom;
+  const store = await openStore(config.database);
+  const deps = {
+    store, runner, clock, random, tiers: new TierTable(config.paidTiers),
+    regulatory: loadRegulatoryMapping(config.regulatoryMappingFile), region: config.region, log: logger,
+  };
+  const services = buildServices(deps, config.sweepIntervalMs);
+  // Reconcile with the runner now; if it is down, capsule calls retry it later.
+  const recovery: RecoveryReport | null = await services.recovery.ensure().catch(() => null);
+  const server: Server = createServer();
+  await new Promise<void>((res, rej) => { server.once('error', rej); server.listen(config.port, config.host, () => res()); });
+  const port = (server.address() as AddressInfo).port;
+  const baseUrl = config.baseUrl ?? `http://${config.host}:${port}`;
+  const app = createApp({
+    services, store, runner, clock, random, logger, limiter: new RateLimiter(() => clock.nowMs()),
+    options: { docsUrl: config.docsUrl ?? `${baseUrl}/docs`, rateLimits: config.rateLimits, version: config.version, uploadMaxBytes: opts.uploadMaxBytes ?? 64 * 1024 * 1024 },
+  });
+  server.on('request', app.callback());
+  server.keepAliveTimeout = 5000;
+  services.sweeper.start();
+  logger.info({ port, driver: config.database.driver }, 'control plane listening');
+  return {
+    url: `http://${config.host}:${port}`, port, store, services, recovery,
+    async close() {
+      await services.sweeper.stop();
+      server.closeAllConnections();
+      await new Promise<void>((res) => server.close(() => res()));
+      await store.close();
+    },
+  };
+}

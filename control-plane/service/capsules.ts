@@ -1,0 +1,176 @@
+// Capsule lifecycle up to destruction: create, read, list, exec, upload,
+// output. Every step that touches customer data records its activity event
+// durably as it happens.
+import { ApiError } from '../../shared/errors.js';
+import type { ExecResult, FileEntry } from '../../shared/runner-protocol.js';
+import type { ApiForm, Caller, Capsule, CapsulePage, DataClassification } from '../domain/index.js';
+import { LIVE_STATUSES } from '../domain/index.js';
+import { cycleStart, isoMicros } from './clock.js';
+import type { Deps } from './deps.js';
+import { newId, sha512Prefixed } from './ids.js';
+import { fromRunner } from './runner-errors.js';
+import type { RecoveryGate } from './recovery.js';
+
+export const DEFAULT_TTL_SECONDS = 300;
+/** Runner memory ceiling per capsule when no Capsulefile sets one. */
+export const DEFAULT_MEMORY_MB = 256;
+
+export interface CreateInput {
+  ttl?: number | undefined;
+  data_classification?: DataClassification | undefined;
+  capsulefile_id?: string | undefined;
+  egress_profile_id?: string | undefined;
+  metadata: Record<string, string>;
+  form: ApiForm;
+}
+
+/** Tracks in-process state the database does not need: running execs, destroys under way. */
+export class LiveState {
+  readonly destroying = new Set<string>();
+  private readonly running = new Map<string, number>();
+  begin(id: string): number { const n = (this.running.get(id) ?? 0) + 1; this.running.set(id, n); return n; }
+  end(id: string): number {
+    const n = (this.running.get(id) ?? 1) - 1;
+    if (n <= 0) this.running.delete(id); else this.running.set(id, n);
+    return Math.max(n, 0);
+  }
+  isRunning(id: string): boolean { return (this.running.get(id) ?? 0) > 0; }
+}
+
+export class CapsuleService {
+  constructor(private readonly d: Deps, private readonly live: LiveState, private readonly gate: RecoveryGate) {}
+
+  /** Loads a capsule the caller owns; anything else is 404 (SPEC: ownership). */
+  async owned(caller: Caller, id: string, form?: ApiForm): Promise<Capsule> {
+    const c = id.length <= 64 ? await this.d.store.getCapsule(id) : null;
+    if (!c || c.customer_id !== caller.account.customer_id || (form && c.api_form !== form)) {
+      throw new ApiError('resource_not_found', `${form === 'session' ? 'session' : 'capsule'} not found`);
+    }
+    return c;
+  }
+
+  /** A capsule an operation needs alive: destroyed or expiring ones give 410. */
+  async ownedLive(caller: Caller, id: string, form?: ApiForm): Promise<Capsule> {
+    const c = await this.owned(caller, id, form);
+    await this.gate.ensure();
+    if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id)) {
+      throw new ApiError('capsule_expired', `capsule is ${c.status === 'active' || c.status === 'executing' ? 'being destroyed' : c.status}; its proof is at GET /v1/proofs/${c.id}`);
+    }
+    return c;
+  }
+
+  async create(caller: Caller, input: CreateInput): Promise<Capsule> {
+    const a = caller.account;
+    const limits = this.d.tiers.limits(a.tier);
+    await this.gate.ensure();
+    if (input.egress_profile_id !== undefined) {
+      if (a.tier === 'free' || a.tier === 'starter') throw new ApiError('tier_required', 'egress_profile_id: egress profiles need the Team (business) tier or higher');
+      // Egress profiles are not served by this install yet: no id can exist.
+      throw new ApiError('resource_not_found', 'egress_profile_id: egress profile not found');
+    }
+    if (input.capsulefile_id !== undefined) {
+      // Capsulefiles are not served by this install yet: no id can exist.
+      throw new ApiError('resource_not_found', 'capsulefile_id: Capsulefile not found');
+    }
+    const ttl = Math.min(input.ttl ?? DEFAULT_TTL_SECONDS, limits.max_ttl_seconds);
+    const outcome = await this.d.store.reserveCapsule(a.customer_id, limits, cycleStart(this.d.clock.nowMs()));
+    if (outcome !== 'ok') {
+      const what = outcome === 'concurrent_capsules' ? `concurrent capsules (${limits.concurrent_capsules})`
+        : outcome === 'cdp_limit' ? `proofs this month (${limits.cdp_limit})` : `capsules this month (${limits.capsules_per_month})`;
+      throw new ApiError('quota_exceeded', `quota reached: ${what} for tier ${a.tier}`, { extra: { limit: outcome } });
+    }
+    const id = newId(input.form === 'session' ? 'sess_' : 'cap_', this.d.random);
+    const nowMs = this.d.clock.nowMs();
+    const capsule: Capsule = {
+      id, customer_id: a.customer_id, status: 'active', api_form: input.form, ttl_seconds: ttl,
+      created_at: isoMicros(nowMs), expires_at: isoMicros(nowMs + ttl * 1000),
+      data_classification: input.data_classification ?? 'general', jurisdiction: a.jurisdiction,
+      capsulefile_id: null, metadata: input.metadata, execution_count: 0, bytes_processed: 0, destroyed_at: null,
+      billable: caller.key_mode === 'live',
+    };
+    try {
+      await this.d.runner.create({ capsule_id: id, memory_mb: DEFAULT_MEMORY_MB });
+    } catch (e) {
+      await this.d.store.unreserveCapsule(a.customer_id);
+      throw fromRunner(e, 'capsule');
+    }
+    try {
+      await this.d.store.insertCapsule(capsule);
+      await this.d.store.appendActivity(id, 'CapsuleStarted', capsule.created_at, {
+        data_classification: capsule.data_classification, jurisdiction: capsule.jurisdiction, region: this.d.region,
+      });
+    } catch (e) {
+      // Nothing half-written: the runner's capsule goes, the slot comes back.
+      await this.d.runner.destroy(id).catch(() => undefined);
+      await this.d.store.unreserveCapsule(a.customer_id);
+      throw e;
+    }
+    this.d.log.info({ capsule_id: id, customer_id: a.customer_id }, 'capsule created');
+    return capsule;
+  }
+
+  async list(caller: Caller, limit: number, cursor: string | null): Promise<CapsulePage> {
+    return this.d.store.listCapsules(caller.account.customer_id, limit, cursor);
+  }
+
+  async exec(caller: Caller, id: string, req: { command: string; input_data?: string | undefined; input_filename?: string | undefined; timeout?: number | undefined }, form?: ApiForm): Promise<ExecResult> {
+    const c = await this.ownedLive(caller, id, form);
+    const remainingS = Math.max(1, Math.ceil((Date.parse(c.expires_at) - this.d.clock.nowMs()) / 1000));
+    const timeoutS = Math.min(req.timeout ?? c.ttl_seconds, remainingS);
+    const inputBytes = req.input_data === undefined ? 0 : Buffer.byteLength(req.input_data, 'utf8');
+    if (this.live.begin(c.id) === 1) await this.d.store.transition(c.id, ['active'], 'executing');
+    let result: ExecResult;
+    try {
+      // The trail binds what ran without carrying the command text or input bytes.
+      await this.d.store.appendActivity(c.id, 'ExecutionStarted', this.d.clock.nowIso(), {
+        command_hash: sha512Prefixed(req.command), input_size_bytes: inputBytes, timeout_seconds: timeoutS,
+      });
+      const execReq = {
+        capsule_id: c.id, command: req.command, timeout_ms: timeoutS * 1000,
+        ...(req.input_data !== undefined ? { input_b64: Buffer.from(req.input_data, 'utf8').toString('base64') } : {}),
+        ...(req.input_filename !== undefined ? { input_filename: req.input_filename } : {}),
+      };
+      try { result = await this.d.runner.exec(execReq); } catch (e) { throw fromRunner(e, 'capsule'); }
+      if (!this.live.destroying.has(c.id)) {
+        const at = this.d.clock.nowIso();
+        const fields = {
+          exit_code: result.exit_code, duration_ms: result.duration_ms, timed_out: result.timed_out,
+          stdout_hash: sha512Prefixed(result.stdout), stderr_hash: sha512Prefixed(result.stderr),
+        };
+        if (result.oom_killed) await this.d.store.appendActivity(c.id, 'ExecutionOomKilled', at, fields);
+        else await this.d.store.appendActivity(c.id, 'ExecutionCompleted', at, fields);
+      }
+      await this.d.store.addUsage(c.id, 1, inputBytes);
+    } finally {
+      if (this.live.end(c.id) === 0) await this.d.store.transition(c.id, ['executing'], 'active').catch(() => undefined);
+    }
+    return result;
+  }
+
+  async upload(caller: Caller, id: string, filename: string, bytes: Uint8Array): Promise<FileEntry> {
+    const c = await this.ownedLive(caller, id);
+    let entry: FileEntry;
+    try { entry = await this.d.runner.upload(c.id, filename, bytes); } catch (e) { throw fromRunner(e, 'filename'); }
+    await this.d.store.appendActivity(c.id, 'FileUploaded', this.d.clock.nowIso(), {
+      sha512: entry.sha512, size_bytes: entry.size_bytes, direction: 'inbound',
+    });
+    await this.d.store.addUsage(c.id, 0, entry.size_bytes);
+    return entry;
+  }
+
+  async listOutput(caller: Caller, id: string): Promise<FileEntry[]> {
+    const c = await this.ownedLive(caller, id);
+    try { return await this.d.runner.listOutput(c.id); } catch (e) { throw fromRunner(e, 'capsule'); }
+  }
+
+  async readOutput(caller: Caller, id: string, filename: string): Promise<{ entry: FileEntry; bytes: Uint8Array }> {
+    const c = await this.ownedLive(caller, id);
+    let out: { entry: FileEntry; bytes: Uint8Array };
+    try { out = await this.d.runner.readOutput(c.id, filename); } catch (e) { throw fromRunner(e, 'output file'); }
+    await this.d.store.appendActivity(c.id, 'FileDownloaded', this.d.clock.nowIso(), {
+      sha512: out.entry.sha512, size_bytes: out.entry.size_bytes, direction: 'outbound',
+    });
+    await this.d.store.addUsage(c.id, 0, out.entry.size_bytes);
+    return out;
+  }
+}

@@ -1,0 +1,22 @@
+// What every service receives: ports only, injected at start.
+import type { RunnerPort } from '../../shared/runner-protocol.js';
+import type { Clock, Random, Store, TierTable } from '../domain/index.js';
+import type { RegulatoryMapping } from './regulatory.js';
+
+/** The subset of a pino logger the services use. */
+export interface Log {
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export interface Deps {
+  store: Store;
+  runner: RunnerPort;
+  clock: Clock;
+  random: Random;
+  tiers: TierTable;
+  regulatory: RegulatoryMapping;
+  region: string;
+  log: Log;
+}

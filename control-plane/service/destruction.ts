@@ -1,0 +1,140 @@
+// The destruction chain: runner wipe evidence -> step 7 (activity trail seal)
+// -> DestructionInitiated last in the trail -> sign with a fresh ephemeral key
+// (registered, then zeroized) -> store the proof -> answer. Also the partial
+// proof for capsules lost on a restart.
+import { ApiError } from '../../shared/errors.js';
+import {
+  emitPartialRecord, emitRecord, generateEphemeralKey, toAuditProof,
+  type AuditRecord, type CapsuleContext, type EphemeralKey, type Termination,
+} from '../../shared/proof/index.js';
+import { RunnerError, type DestroyResult } from '../../shared/runner-protocol.js';
+import type { Capsule, CapsuleStatus, KeyRecord } from '../domain/index.js';
+import { LIVE_STATUSES } from '../domain/index.js';
+import type { LiveState } from './capsules.js';
+import type { Deps } from './deps.js';
+import { newId } from './ids.js';
+import { regulatoryContext } from './regulatory.js';
+import { fromRunner } from './runner-errors.js';
+
+/** Ephemeral keys are not an authority's keys; the key record names them so. */
+export const EPHEMERAL_AUTHORITY = 'svc-ephemeral';
+export const LOST_ON_RESTART = 'capsule_state_lost_on_restart';
+
+const TIMESTAMP_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+
+export type DestroyTrigger = 'customer_request' | 'ttl_expired';
+
+function capsuleContext(c: Capsule): CapsuleContext {
+  return { jurisdiction: c.jurisdiction, data_classification: c.data_classification };
+}
+
+const b64 = (b: Uint8Array): string => Buffer.from(b).toString('base64');
+
+export class DestructionService {
+  constructor(private readonly d: Deps, private readonly live: LiveState) {}
+
+  /** Destroys a live capsule and returns the destroy response (already stored). */
+  async destroy(c: Capsule, trigger: DestroyTrigger): Promise<Record<string, unknown>> {
+    if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id)) {
+      throw new ApiError('resource_conflict', 'capsule already destroyed');
+    }
+    this.live.destroying.add(c.id);
+    try {
+      const commandRunning = this.live.isRunning(c.id);
+      await this.d.store.appendActivity(c.id, 'DestructionInitiated', this.d.clock.nowIso(), { trigger });
+      let result: DestroyResult;
+      try {
+        result = await this.d.runner.destroy(c.id);
+      } catch (e) {
+        if (e instanceof RunnerError && e.code === 'not_found') {
+          // The runner no longer has it: its state is gone; sign what we know.
+          await this.partial(c, LOST_ON_RESTART);
+          throw new ApiError('capsule_expired', `capsule state was lost; its partial proof is at GET /v1/proofs/${c.id}`, { cause: e });
+        }
+        throw fromRunner(e, 'capsule');
+      }
+      const status: CapsuleStatus = trigger === 'ttl_expired' ? 'expired' : 'destroyed';
+      const destroyedAt = TIMESTAMP_RE.test(result.destroyed_at) ? result.destroyed_at : this.d.clock.nowIso();
+      const activity = await this.d.store.activity(c.id);
+      const last = activity[activity.length - 1];
+      // Step 7 is the control plane's: the trail it sealed, as counted.
+      const evidence = Array.from({ length: 8 }, (_, i) => result.evidence[i] ?? {});
+      evidence[6] = {
+        activity_events: activity.length,
+        first_seq: activity[0]?.seq ?? null,
+        last_seq: last?.seq ?? null,
+        last_event_type: last?.type ?? null,
+      };
+      const termination: Termination = {
+        trigger, command_was_running: result.command_was_running || commandRunning,
+        ...(result.command_was_running || commandRunning ? { command_completed: false } : {}),
+      };
+      const regulatory = regulatoryContext(this.d.regulatory, c.jurisdiction);
+      const key = generateEphemeralKey(this.d.random);
+      const publicKey = b64(key.publicKey);
+      let record: AuditRecord;
+      try {
+        record = emitRecord({
+          capsule_id: c.id, created_at: c.created_at, destroyed_at: destroyedAt, evidence, activity,
+          capsule_context: capsuleContext(c), termination, regulatory_context: regulatory,
+          internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
+        }, { mode: 'ephemeral', key });
+      } finally { zeroize(key); }
+      const snapshot = await this.d.store.getCapsule(c.id);
+      const response: Record<string, unknown> = {
+        capsule_id: c.id, status, destroyed_at: destroyedAt,
+        total_executions: snapshot?.execution_count ?? c.execution_count,
+        total_bytes_processed: snapshot?.bytes_processed ?? c.bytes_processed,
+        cdp: record, audit_proof: toAuditProof(record),
+        regulatory_context: regulatory, capsule_context: capsuleContext(c),
+      };
+      await this.d.store.recordDestruction({
+        capsule: c, from: LIVE_STATUSES, status, destroyed_at: destroyedAt,
+        proof: { proof_id: newId('prf_', this.d.random), capsule_id: c.id, customer_id: c.customer_id, record: record as unknown as Record<string, unknown>, response, partial: false, created_at: this.d.clock.nowIso() },
+        key: this.keyRecord(record.attestation.key_id, publicKey),
+      });
+      this.d.log.info({ capsule_id: c.id, trigger }, 'capsule destroyed');
+      return response;
+    } finally {
+      this.live.destroying.delete(c.id);
+    }
+  }
+
+  /** Marks a capsule whose runner state is gone `expired_unclean` with a signed partial proof. */
+  async partial(c: Capsule, reason: string): Promise<void> {
+    const existing = await this.d.store.getProofByCapsule(c.id);
+    if (existing) {
+      // The proof was stored before a crash cut the status update: finish it.
+      await this.d.store.transition(c.id, LIVE_STATUSES, existing.partial ? 'expired_unclean' : 'destroyed');
+      await this.d.store.releaseLive(c.customer_id);
+      return;
+    }
+    const activity = await this.d.store.activity(c.id);
+    const key = generateEphemeralKey(this.d.random);
+    const publicKey = b64(key.publicKey);
+    let record: AuditRecord;
+    try {
+      record = emitPartialRecord({
+        capsule_id: c.id, created_at: c.created_at, reason, activity, capsule_context: capsuleContext(c),
+        termination: { trigger: 'system_restart', command_was_running: false },
+        internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
+      }, { mode: 'ephemeral', key });
+    } finally { zeroize(key); }
+    await this.d.store.recordDestruction({
+      capsule: c, from: LIVE_STATUSES, status: 'expired_unclean', destroyed_at: null,
+      proof: { proof_id: newId('prf_', this.d.random), capsule_id: c.id, customer_id: c.customer_id, record: record as unknown as Record<string, unknown>, response: null, partial: true, created_at: this.d.clock.nowIso() },
+      key: record.attestation ? this.keyRecord(record.attestation.key_id, publicKey) : null,
+    });
+    this.d.log.warn({ capsule_id: c.id, reason }, 'capsule expired unclean');
+  }
+
+  private keyRecord(keyId: string, publicKey: string): KeyRecord {
+    return {
+      key_id: keyId, algorithm: 'Ed25519', public_key: publicKey, created_at: this.d.clock.nowIso(),
+      signing_authority_id: EPHEMERAL_AUTHORITY, signing_key_version: 1,
+    };
+  }
+}
+
+/** Belt and braces: emitRecord zeroizes too; a throw before it must not leak. */
+function zeroize(k: EphemeralKey): void { k.privateKey.fill(0); }

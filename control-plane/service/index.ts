@@ -1,0 +1,42 @@
+// Public entry of the service layer.
+import { AccountService } from './accounts.js';
+import { CapsuleService, LiveState } from './capsules.js';
+import type { Deps } from './deps.js';
+import { DestructionService } from './destruction.js';
+import { ProofService } from './proofs.js';
+import { recover, RecoveryGate } from './recovery.js';
+import { Sweeper } from './sweeper.js';
+
+export type { Deps, Log } from './deps.js';
+export { systemClock, systemRandom, isoMicros, cycleStart } from './clock.js';
+export { loadRegulatoryMapping, regulatoryContext, type RegulatoryMapping } from './regulatory.js';
+export { publicLimits, SIGNUP_WARNING } from './accounts.js';
+export { API_KEY_RE, hashApiKey, sha512Prefixed, newId } from './ids.js';
+export type { RecoveryReport } from './recovery.js';
+export { RecoveryGate } from './recovery.js';
+export type { DestroyTrigger } from './destruction.js';
+export { DEFAULT_TTL_SECONDS } from './capsules.js';
+
+export interface Services {
+  accounts: AccountService;
+  capsules: CapsuleService;
+  destruction: DestructionService;
+  proofs: ProofService;
+  sweeper: Sweeper;
+  recovery: RecoveryGate;
+}
+
+export function buildServices(d: Deps, sweepIntervalMs: number): Services {
+  const live = new LiveState();
+  const destruction = new DestructionService(d, live);
+  const recovery = new RecoveryGate(() => recover(d, destruction), d.log);
+  return {
+    accounts: new AccountService(d),
+    capsules: new CapsuleService(d, live, recovery),
+    destruction,
+    proofs: new ProofService(d),
+    sweeper: new Sweeper(d, destruction, sweepIntervalMs, recovery),
+    recovery,
+  };
+}
+export { emitLegacySessionProof } from './legacy-proof.js';

@@ -1,0 +1,54 @@
+// Proof reads, the public verify endpoint and the key registry.
+import { ApiError } from '../../shared/errors.js';
+import { toAuditProof, toPresentation, verifyProof, type AuditRecord, type VerifyResult } from '../../shared/proof/index.js';
+import type { Caller, KeyRecord, StoredProof } from '../domain/index.js';
+import type { Deps } from './deps.js';
+
+export class ProofService {
+  constructor(private readonly d: Deps) {}
+
+  private async stored(capsuleId: string): Promise<StoredProof> {
+    const p = capsuleId.length <= 64 ? await this.d.store.getProofByCapsule(capsuleId) : null;
+    if (!p) throw new ApiError('resource_not_found', 'proof not found (the capsule may not be destroyed yet)');
+    return p;
+  }
+
+  private async owned(caller: Caller, capsuleId: string): Promise<StoredProof> {
+    const p = await this.stored(capsuleId).catch(() => null);
+    if (!p || p.customer_id !== caller.account.customer_id) {
+      throw new ApiError('resource_not_found', 'proof not found (the capsule may not be destroyed yet)');
+    }
+    return p;
+  }
+
+  /** GET /v1/capsules/:id/cdp: the full AuditRecord. */
+  async record(caller: Caller, capsuleId: string): Promise<Record<string, unknown>> {
+    return (await this.owned(caller, capsuleId)).record;
+  }
+
+  /** GET /v1/proofs/:capsule_id: the stored proof record. */
+  async proofRecord(caller: Caller, capsuleId: string): Promise<Record<string, unknown>> {
+    const p = await this.owned(caller, capsuleId);
+    const r = p.record as unknown as AuditRecord;
+    return {
+      proof_id: p.proof_id, capsule_id: p.capsule_id, cdp: p.record,
+      component_proofs: r.component_proofs ?? {}, verified: this.verify(p.record).valid, created_at: p.created_at,
+    };
+  }
+
+  /** GET /v1/capsules/:id/cdp/verify (public; the URL is the capability). */
+  async publicProof(capsuleId: string, presentation: boolean): Promise<Record<string, unknown>> {
+    const r = (await this.stored(capsuleId)).record as unknown as AuditRecord;
+    return presentation ? toPresentation(r) : toAuditProof(r) as unknown as Record<string, unknown>;
+  }
+
+  verify(doc: unknown): VerifyResult {
+    return verifyProof(doc, { now: () => this.d.clock.nowIso() });
+  }
+
+  async key(keyId: string): Promise<KeyRecord> {
+    const k = keyId.length <= 128 ? await this.d.store.getKey(keyId) : null;
+    if (!k) throw new ApiError('resource_not_found', 'key not found');
+    return k;
+  }
+}

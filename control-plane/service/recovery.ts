@@ -1,0 +1,58 @@
+// Start-up reconciliation with the runner: capsules the runner reports lost,
+// and live capsules it no longer knows, become `expired_unclean` with a signed
+// partial proof; capsules only the runner knows are destroyed.
+import { ApiError } from '../../shared/errors.js';
+import type { Deps, Log } from './deps.js';
+import { LOST_ON_RESTART, type DestructionService } from './destruction.js';
+
+export interface RecoveryReport { expired_unclean: string[]; orphans_destroyed: string[] }
+
+export async function recover(d: Deps, destruction: DestructionService): Promise<RecoveryReport> {
+  const hello = await d.runner.hello();
+  const onRunner = new Set(await d.runner.list());
+  const lost = new Set(hello.lost.map((l) => l.capsule_id));
+  const report: RecoveryReport = { expired_unclean: [], orphans_destroyed: [] };
+  const live = await d.store.liveCapsules();
+  const known = new Set(live.map((c) => c.id));
+  for (const c of live) {
+    if (lost.has(c.id) || !onRunner.has(c.id)) {
+      await destruction.partial(c, LOST_ON_RESTART);
+      report.expired_unclean.push(c.id);
+    }
+  }
+  for (const id of onRunner) {
+    if (known.has(id)) continue;
+    // Not ours any more (its row is final or absent): nothing may keep running.
+    await d.runner.destroy(id).catch((e: unknown) => d.log.warn({ capsule_id: id, err: e }, 'recovery: orphan destroy failed'));
+    report.orphans_destroyed.push(id);
+  }
+  if (report.expired_unclean.length || report.orphans_destroyed.length) d.log.warn({ ...report }, 'recovery done');
+  return report;
+}
+
+/**
+ * Capsule operations wait until reconciliation with the runner has succeeded
+ * once; while the runner is unreachable they answer 503 and the next call
+ * tries again. The control plane itself starts either way.
+ */
+export class RecoveryGate {
+  private done: RecoveryReport | null = null;
+  private pending: Promise<RecoveryReport> | null = null;
+  constructor(private readonly run: () => Promise<RecoveryReport>, private readonly log: Log) {}
+
+  get report(): RecoveryReport | null { return this.done; }
+
+  /** The runner restarted: reconcile again before the next capsule call. */
+  reset(): void { this.done = null; }
+
+  async ensure(): Promise<RecoveryReport> {
+    if (this.done) return this.done;
+    this.pending ??= this.run().then(
+      (r) => { this.done = r; return r; },
+      (e: unknown) => { this.log.warn({ err: e }, 'runner reconciliation failed; capsule operations unavailable'); throw e; },
+    ).finally(() => { this.pending = null; });
+    try { return await this.pending; } catch (e) {
+      throw new ApiError('service_unavailable', 'the capsule runner is unavailable', { cause: e, extra: { retry_after: 5 } });
+    }
+  }
+}

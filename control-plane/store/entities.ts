@@ -1,0 +1,141 @@
+// Table mappings (EntitySchema: no decorators, no reflect-metadata). Columns
+// hold plain scalars; JSON members are text serialized by the store, so that
+// SQLite and PostgreSQL read back byte-identical documents.
+import { EntitySchema } from '@mikro-orm/core';
+
+export interface AccountRow {
+  customer_id: string; email: string; tier: string; jurisdiction: string;
+  created_at: string; billing_cycle_start: string;
+  capsules_used: number; cdps_used: number; live_capsules: number;
+}
+export const AccountEntity = new EntitySchema<AccountRow>({
+  name: 'AccountRow', tableName: 'accounts',
+  properties: {
+    customer_id: { type: 'string', primary: true },
+    email: { type: 'string', unique: true },
+    tier: { type: 'string' },
+    jurisdiction: { type: 'string' },
+    created_at: { type: 'string' },
+    billing_cycle_start: { type: 'string' },
+    capsules_used: { type: 'integer' },
+    cdps_used: { type: 'integer' },
+    live_capsules: { type: 'integer' },
+  },
+});
+
+export interface ApiKeyRow { key_hash: string; customer_id: string; mode: string; created_at: string; revoked: number }
+export const ApiKeyEntity = new EntitySchema<ApiKeyRow>({
+  name: 'ApiKeyRow', tableName: 'api_keys',
+  properties: {
+    key_hash: { type: 'string', primary: true },
+    customer_id: { type: 'string' },
+    mode: { type: 'string' },
+    created_at: { type: 'string' },
+    revoked: { type: 'integer' },
+  },
+});
+
+export interface CapsuleRow {
+  id: string; customer_id: string; status: string; api_form: string; ttl_seconds: number;
+  created_at: string; expires_at: string; data_classification: string; jurisdiction: string;
+  capsulefile_id: string | null; metadata: string; execution_count: number; bytes_processed: number;
+  destroyed_at: string | null; billable: number; activity_seq: number;
+}
+export const CapsuleEntity = new EntitySchema<CapsuleRow>({
+  name: 'CapsuleRow', tableName: 'capsules',
+  properties: {
+    id: { type: 'string', primary: true },
+    customer_id: { type: 'string' },
+    status: { type: 'string' },
+    api_form: { type: 'string' },
+    ttl_seconds: { type: 'integer' },
+    created_at: { type: 'string' },
+    expires_at: { type: 'string' },
+    data_classification: { type: 'string' },
+    jurisdiction: { type: 'string' },
+    capsulefile_id: { type: 'string', nullable: true },
+    metadata: { type: 'text' },
+    execution_count: { type: 'integer' },
+    bytes_processed: { type: 'double' },
+    destroyed_at: { type: 'string', nullable: true },
+    billable: { type: 'integer' },
+    activity_seq: { type: 'integer' },
+  },
+});
+
+export interface ActivityRow { capsule_id: string; seq: number; type: string; at: string; fields: string }
+export const ActivityEntity = new EntitySchema<ActivityRow>({
+  name: 'ActivityRow', tableName: 'activity_events',
+  properties: {
+    capsule_id: { type: 'string', primary: true },
+    seq: { type: 'integer', primary: true },
+    type: { type: 'string' },
+    at: { type: 'string' },
+    fields: { type: 'text' },
+  },
+});
+
+export interface ProofRow {
+  proof_id: string; capsule_id: string; customer_id: string; record: string;
+  response: string | null; partial: number; created_at: string;
+}
+export const ProofEntity = new EntitySchema<ProofRow>({
+  name: 'ProofRow', tableName: 'proofs',
+  properties: {
+    proof_id: { type: 'string', primary: true },
+    capsule_id: { type: 'string', unique: true },
+    customer_id: { type: 'string' },
+    record: { type: 'text' },
+    response: { type: 'text', nullable: true },
+    partial: { type: 'integer' },
+    created_at: { type: 'string' },
+  },
+});
+
+export interface KeyRow {
+  key_id: string; public_key: string; created_at: string; signing_authority_id: string; signing_key_version: number;
+}
+export const KeyEntity = new EntitySchema<KeyRow>({
+  name: 'KeyRow', tableName: 'signing_keys',
+  properties: {
+    key_id: { type: 'string', primary: true },
+    public_key: { type: 'string' },
+    created_at: { type: 'string' },
+    signing_authority_id: { type: 'string' },
+    signing_key_version: { type: 'integer' },
+  },
+});
+
+export interface IdempotencyRow {
+  customer_id: string; idem_key: string; request_hash: string; state: string;
+  status: number | null; body: string | null; headers: string | null; created_at: string;
+}
+export const IdempotencyEntity = new EntitySchema<IdempotencyRow>({
+  name: 'IdempotencyRow', tableName: 'idempotency_keys',
+  properties: {
+    customer_id: { type: 'string', primary: true },
+    idem_key: { type: 'string', primary: true },
+    request_hash: { type: 'string' },
+    state: { type: 'string' },
+    status: { type: 'integer', nullable: true },
+    body: { type: 'text', nullable: true },
+    headers: { type: 'text', nullable: true },
+    created_at: { type: 'string' },
+  },
+});
+
+export interface ContactRow { id: string; email: string; name: string | null; company: string | null; message: string; source: string | null; created_at: string }
+export const ContactEntity = new EntitySchema<ContactRow>({
+  name: 'ContactRow', tableName: 'contact_messages',
+  properties: {
+    id: { type: 'string', primary: true },
+    email: { type: 'string' },
+    name: { type: 'string', nullable: true },
+    company: { type: 'string', nullable: true },
+    message: { type: 'text' },
+    source: { type: 'string', nullable: true },
+    created_at: { type: 'string' },
+  },
+});
+
+export const ENTITIES = [ContactEntity, AccountEntity, ApiKeyEntity, CapsuleEntity, ActivityEntity, ProofEntity, KeyEntity, IdempotencyEntity];

@@ -1,0 +1,48 @@
+// Schema migrations, written as code (no CLI codegen at runtime) and applied
+// on start. DDL is the portable subset SQLite and PostgreSQL both accept.
+// WARNING: never edit an applied migration; add a new one.
+import { Migration } from '@mikro-orm/migrations';
+
+export class Migration0001Initial extends Migration {
+  override up(): void {
+    this.addSql(`create table "accounts" (
+      "customer_id" varchar(64) primary key, "email" varchar(320) not null unique,
+      "tier" varchar(32) not null, "jurisdiction" varchar(16) not null,
+      "created_at" varchar(40) not null, "billing_cycle_start" varchar(40) not null,
+      "capsules_used" integer not null default 0, "cdps_used" integer not null default 0,
+      "live_capsules" integer not null default 0)`);
+    this.addSql(`create table "api_keys" (
+      "key_hash" varchar(128) primary key, "customer_id" varchar(64) not null references "accounts" ("customer_id"),
+      "mode" varchar(8) not null, "created_at" varchar(40) not null, "revoked" integer not null default 0)`);
+    this.addSql(`create table "capsules" (
+      "id" varchar(64) primary key, "customer_id" varchar(64) not null references "accounts" ("customer_id"),
+      "status" varchar(24) not null, "api_form" varchar(16) not null, "ttl_seconds" integer not null,
+      "created_at" varchar(40) not null, "expires_at" varchar(40) not null,
+      "data_classification" varchar(32) not null, "jurisdiction" varchar(16) not null,
+      "capsulefile_id" varchar(64) null, "metadata" text not null,
+      "execution_count" integer not null default 0, "bytes_processed" double precision not null default 0,
+      "destroyed_at" varchar(40) null, "billable" integer not null, "activity_seq" integer not null default 0)`);
+    this.addSql(`create index "capsules_customer_idx" on "capsules" ("customer_id", "created_at", "id")`);
+    this.addSql(`create index "capsules_status_expiry_idx" on "capsules" ("status", "expires_at")`);
+    this.addSql(`create table "activity_events" (
+      "capsule_id" varchar(64) not null references "capsules" ("id"), "seq" integer not null,
+      "type" varchar(64) not null, "at" varchar(40) not null, "fields" text not null,
+      primary key ("capsule_id", "seq"))`);
+    this.addSql(`create table "proofs" (
+      "proof_id" varchar(64) primary key, "capsule_id" varchar(64) not null unique references "capsules" ("id"),
+      "customer_id" varchar(64) not null, "record" text not null, "response" text null,
+      "partial" integer not null, "created_at" varchar(40) not null)`);
+    this.addSql(`create table "signing_keys" (
+      "key_id" varchar(128) primary key, "public_key" varchar(128) not null, "created_at" varchar(40) not null,
+      "signing_authority_id" varchar(128) not null, "signing_key_version" integer not null)`);
+    this.addSql(`create table "idempotency_keys" (
+      "customer_id" varchar(64) not null, "idem_key" varchar(255) not null, "request_hash" varchar(128) not null,
+      "state" varchar(16) not null, "status" integer null, "body" text null, "headers" text null,
+      "created_at" varchar(40) not null, primary key ("customer_id", "idem_key"))`);
+    this.addSql(`create table "contact_messages" (
+      "id" varchar(64) primary key, "email" varchar(320) not null, "name" varchar(200) null,
+      "company" varchar(200) null, "message" text not null, "source" varchar(200) null, "created_at" varchar(40) not null)`);
+  }
+}
+
+export const MIGRATIONS = [{ name: 'Migration0001Initial', class: Migration0001Initial }];

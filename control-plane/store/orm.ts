@@ -1,0 +1,38 @@
+// Opens MikroORM on the configured driver (SQLite file by default, PostgreSQL
+// for a postgres URL) and applies the migrations in code before serving.
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { Migrator } from '@mikro-orm/migrations';
+import type { MikroORM as CoreORM } from '@mikro-orm/core';
+import type { SqlEntityManager } from '@mikro-orm/sql';
+import { ENTITIES } from './entities.js';
+import { MIGRATIONS } from './migrations.js';
+
+export type DbConfig = { driver: 'sqlite'; file: string } | { driver: 'postgresql'; url: string };
+export type Orm = CoreORM & { em: SqlEntityManager };
+
+export async function openOrm(db: DbConfig): Promise<Orm> {
+  const common = {
+    entities: ENTITIES,
+    extensions: [Migrator],
+    migrations: { migrationsList: MIGRATIONS, snapshot: false, snapshotOnMigrate: false, silent: true, tableName: 'schema_migrations' },
+    debug: false,
+    allowGlobalContext: false,
+    ensureDatabase: false,
+  };
+  let orm: Orm;
+  if (db.driver === 'sqlite') {
+    mkdirSync(dirname(db.file), { recursive: true, mode: 0o700 });
+    const { MikroORM } = await import('@mikro-orm/libsql');
+    orm = (await MikroORM.init({ ...common, dbName: db.file })) as unknown as Orm;
+    // WAL + a busy timeout let the sweeper and requests share the file.
+    await orm.em.getConnection().execute('pragma journal_mode = wal', [], 'all');
+    await orm.em.getConnection().execute('pragma busy_timeout = 5000', [], 'all');
+    await orm.em.getConnection().execute('pragma foreign_keys = on', [], 'all');
+  } else {
+    const { MikroORM } = await import('@mikro-orm/postgresql');
+    orm = (await MikroORM.init({ ...common, clientUrl: db.url, pool: { min: 0, max: 10 } })) as unknown as Orm;
+  }
+  await orm.migrator.up();
+  return orm;
+}

@@ -1,0 +1,304 @@
+// The Store port over MikroORM. Counters move only through single conditional
+// UPDATE statements (atomic on both drivers), unique violations become
+// resource_conflict where they happen.
+import { UniqueConstraintViolationException } from '@mikro-orm/core';
+import type { SqlEntityManager } from '@mikro-orm/sql';
+import { ApiError } from '../../shared/errors.js';
+import type { ActivityEvent } from '../../shared/proof/index.js';
+import type {
+  Account, Capsule, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
+  NewAccount, ReserveOutcome, Store, StoredProof, Tier,
+} from '../domain/index.js';
+import {
+  AccountEntity, ActivityEntity, ContactEntity, ApiKeyEntity, CapsuleEntity, IdempotencyEntity, KeyEntity, ProofEntity,
+  type AccountRow, type CapsuleRow, type ProofRow,
+} from './entities.js';
+import type { Orm } from './orm.js';
+
+const num = (v: unknown): number => Number(v);
+
+function toAccount(r: AccountRow): Account {
+  return {
+    customer_id: r.customer_id, email: r.email, tier: r.tier as Tier, jurisdiction: r.jurisdiction as Account['jurisdiction'],
+    created_at: r.created_at, billing_cycle_start: r.billing_cycle_start,
+    capsules_used_this_month: num(r.capsules_used), cdps_this_cycle: num(r.cdps_used), live_capsules: num(r.live_capsules),
+  };
+}
+
+function toCapsule(r: CapsuleRow): Capsule {
+  return {
+    id: r.id, customer_id: r.customer_id, status: r.status as CapsuleStatus, api_form: r.api_form as Capsule['api_form'],
+    ttl_seconds: num(r.ttl_seconds), created_at: r.created_at, expires_at: r.expires_at,
+    data_classification: r.data_classification as Capsule['data_classification'],
+    jurisdiction: r.jurisdiction as Capsule['jurisdiction'], capsulefile_id: r.capsulefile_id,
+    metadata: JSON.parse(r.metadata) as Record<string, string>, execution_count: num(r.execution_count),
+    bytes_processed: num(r.bytes_processed), destroyed_at: r.destroyed_at, billable: num(r.billable) === 1,
+  };
+}
+
+function toProof(r: ProofRow): StoredProof {
+  return {
+    proof_id: r.proof_id, capsule_id: r.capsule_id, customer_id: r.customer_id,
+    record: JSON.parse(r.record) as Record<string, unknown>,
+    response: r.response === null ? null : JSON.parse(r.response) as Record<string, unknown>,
+    partial: num(r.partial) === 1, created_at: r.created_at,
+  };
+}
+
+function affected(res: unknown): number {
+  const r = res as { affectedRows?: number; rowCount?: number };
+  return num(r.affectedRows ?? r.rowCount ?? 0);
+}
+
+function conflict(e: unknown, message: string): never {
+  if (e instanceof UniqueConstraintViolationException) throw new ApiError('resource_conflict', message, { cause: e });
+  throw e;
+}
+
+export class SqlStore implements Store {
+  constructor(private readonly orm: Orm) {}
+
+  private em(): SqlEntityManager { return this.orm.em.fork() as SqlEntityManager; }
+  private async run(sql: string, params: unknown[], em: SqlEntityManager = this.em()): Promise<number> {
+    return affected(await em.getConnection().execute(sql, params, 'run', em.getTransactionContext()));
+  }
+
+  async ping(): Promise<void> { await this.em().getConnection().execute('select 1 as ok', [], 'all'); }
+  async close(): Promise<void> { await this.orm.close(true); }
+
+  // ---- accounts
+  async createAccount(a: NewAccount): Promise<Account> {
+    const row: AccountRow = {
+      customer_id: a.customer_id, email: a.email, tier: a.tier, jurisdiction: a.jurisdiction,
+      created_at: a.created_at, billing_cycle_start: a.billing_cycle_start, capsules_used: 0, cdps_used: 0, live_capsules: 0,
+    };
+    try {
+      await this.em().transactional(async (em) => {
+        await em.insert(AccountEntity, row);
+        await em.insert(ApiKeyEntity, { key_hash: a.key_hash, customer_id: a.customer_id, mode: a.key_mode, created_at: a.created_at, revoked: 0 });
+      });
+    } catch (e) { conflict(e, 'email: an account with this email already exists'); }
+    return toAccount(row);
+  }
+
+  async findCallerByKeyHash(hash: string): Promise<{ account: Account; key_mode: 'live' | 'test' } | null> {
+    const em = this.em();
+    const key = await em.findOne(ApiKeyEntity, { key_hash: hash, revoked: 0 });
+    if (!key) return null;
+    const acc = await em.findOne(AccountEntity, { customer_id: key.customer_id });
+    return acc ? { account: toAccount(acc), key_mode: key.mode === 'test' ? 'test' : 'live' } : null;
+  }
+
+  async getAccount(customerId: string): Promise<Account | null> {
+    const r = await this.em().findOne(AccountEntity, { customer_id: customerId });
+    return r ? toAccount(r) : null;
+  }
+
+  async setTierByEmail(email: string, tier: Tier): Promise<boolean> {
+    return (await this.em().nativeUpdate(AccountEntity, { email }, { tier })) > 0;
+  }
+
+  async refreshCycle(customerId: string, cycleStart: string): Promise<Account | null> {
+    await this.rollCycle(customerId, cycleStart);
+    return this.getAccount(customerId);
+  }
+
+  private async rollCycle(customerId: string, cycleStart: string, em?: SqlEntityManager): Promise<void> {
+    await this.run(
+      'update "accounts" set "billing_cycle_start" = ?, "capsules_used" = 0, "cdps_used" = 0 where "customer_id" = ? and "billing_cycle_start" < ?',
+      [cycleStart, customerId, cycleStart], em);
+  }
+
+  async reserveCapsule(customerId: string, limits: Limits, cycleStart: string): Promise<ReserveOutcome> {
+    const BIG = Number.MAX_SAFE_INTEGER;
+    const monthly = limits.capsules_per_month ?? BIG;
+    const live = limits.concurrent_capsules ?? BIG;
+    const cdps = limits.cdp_limit ?? BIG;
+    return this.em().transactional(async (em) => {
+      await this.rollCycle(customerId, cycleStart, em);
+      const n = await this.run(
+        `update "accounts" set "capsules_used" = "capsules_used" + 1, "live_capsules" = "live_capsules" + 1
+         where "customer_id" = ? and "capsules_used" < ? and "live_capsules" < ? and "cdps_used" < ?`,
+        [customerId, monthly, live, cdps], em);
+      if (n === 1) return 'ok';
+      const r = await em.findOne(AccountEntity, { customer_id: customerId });
+      if (!r) return 'capsules_per_month';
+      if (num(r.cdps_used) >= cdps) return 'cdp_limit';
+      if (num(r.capsules_used) >= monthly) return 'capsules_per_month';
+      return 'concurrent_capsules';
+    });
+  }
+
+  async releaseLive(customerId: string): Promise<void> {
+    await this.run('update "accounts" set "live_capsules" = "live_capsules" - 1 where "customer_id" = ? and "live_capsules" > 0', [customerId]);
+  }
+
+  async unreserveCapsule(customerId: string): Promise<void> {
+    await this.run(
+      `update "accounts" set "live_capsules" = case when "live_capsules" > 0 then "live_capsules" - 1 else 0 end,
+       "capsules_used" = case when "capsules_used" > 0 then "capsules_used" - 1 else 0 end where "customer_id" = ?`, [customerId]);
+  }
+
+  // ---- capsules
+  async insertCapsule(c: Capsule): Promise<void> {
+    const row: CapsuleRow = {
+      id: c.id, customer_id: c.customer_id, status: c.status, api_form: c.api_form, ttl_seconds: c.ttl_seconds,
+      created_at: c.created_at, expires_at: c.expires_at, data_classification: c.data_classification,
+      jurisdiction: c.jurisdiction, capsulefile_id: c.capsulefile_id, metadata: JSON.stringify(c.metadata),
+      execution_count: c.execution_count, bytes_processed: c.bytes_processed, destroyed_at: c.destroyed_at,
+      billable: c.billable ? 1 : 0, activity_seq: 0,
+    };
+    try { await this.em().insert(CapsuleEntity, row); } catch (e) { conflict(e, 'id: capsule id already exists'); }
+  }
+
+  async getCapsule(id: string): Promise<Capsule | null> {
+    const r = await this.em().findOne(CapsuleEntity, { id });
+    return r ? toCapsule(r) : null;
+  }
+
+  async listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage> {
+    // Keyset paging, newest first; the cursor is the last row's (created_at, id).
+    const where: Record<string, unknown> = { customer_id: customerId };
+    if (cursor) {
+      const [at, id] = cursor.split('|');
+      where.$or = [{ created_at: { $lt: at } }, { created_at: at, id: { $lt: id } }];
+    }
+    const rows = await this.em().find(CapsuleEntity, where as never, { orderBy: { created_at: 'desc', id: 'desc' }, limit: limit + 1 });
+    const more = rows.length > limit;
+    const items = rows.slice(0, limit).map(toCapsule);
+    const last = items[items.length - 1];
+    return { items, next_cursor: more && last ? `${last.created_at}|${last.id}` : null };
+  }
+
+  async transition(id: string, from: readonly CapsuleStatus[], to: CapsuleStatus, destroyedAt?: string): Promise<boolean> {
+    const set: Partial<CapsuleRow> = { status: to };
+    if (destroyedAt !== undefined) set.destroyed_at = destroyedAt;
+    return (await this.em().nativeUpdate(CapsuleEntity, { id, status: { $in: [...from] } }, set)) > 0;
+  }
+
+  async addUsage(id: string, executions: number, bytes: number): Promise<void> {
+    await this.run(
+      'update "capsules" set "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ?',
+      [executions, bytes, id]);
+  }
+
+  async liveCapsules(): Promise<Capsule[]> {
+    return (await this.em().find(CapsuleEntity, { status: { $in: ['active', 'executing'] } })).map(toCapsule);
+  }
+
+  async expiredLiveCapsules(nowIso: string): Promise<Capsule[]> {
+    return (await this.em().find(CapsuleEntity, { status: { $in: ['active', 'executing'] }, expires_at: { $lte: nowIso } },
+      { orderBy: { expires_at: 'asc' }, limit: 100 })).map(toCapsule);
+  }
+
+  // ---- activity
+  async appendActivity(capsuleId: string, type: string, at: string, fields: Record<string, unknown>): Promise<ActivityEvent> {
+    // The seq counter row is locked by the UPDATE until commit: exact order under concurrency.
+    return this.em().transactional(async (em) => {
+      const n = await this.run('update "capsules" set "activity_seq" = "activity_seq" + 1 where "id" = ?', [capsuleId], em);
+      if (n !== 1) throw new ApiError('resource_not_found', 'capsule not found');
+      const row = await em.findOne(CapsuleEntity, { id: capsuleId }, { fields: ['activity_seq'], refresh: true });
+      const seq = num(row?.activity_seq);
+      await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
+      return { seq, type, at, ...fields };
+    });
+  }
+
+  async activity(capsuleId: string): Promise<ActivityEvent[]> {
+    const rows = await this.em().find(ActivityEntity, { capsule_id: capsuleId }, { orderBy: { seq: 'asc' } });
+    return rows.map((r) => ({ seq: num(r.seq), type: r.type, at: r.at, ...(JSON.parse(r.fields) as Record<string, unknown>) }));
+  }
+
+  // ---- proofs and keys
+  async insertProof(p: StoredProof, billable: boolean): Promise<void> {
+    try {
+      await this.em().transactional(async (em) => {
+        await em.insert(ProofEntity, {
+          proof_id: p.proof_id, capsule_id: p.capsule_id, customer_id: p.customer_id, record: JSON.stringify(p.record),
+          response: p.response === null ? null : JSON.stringify(p.response), partial: p.partial ? 1 : 0, created_at: p.created_at,
+        });
+        if (billable) await this.run('update "accounts" set "cdps_used" = "cdps_used" + 1 where "customer_id" = ?', [p.customer_id], em);
+      });
+    } catch (e) { conflict(e, 'capsule_id: a proof for this capsule already exists'); }
+  }
+
+  async getProofByCapsule(capsuleId: string): Promise<StoredProof | null> {
+    const r = await this.em().findOne(ProofEntity, { capsule_id: capsuleId });
+    return r ? toProof(r) : null;
+  }
+
+  async insertKey(k: KeyRecord): Promise<void> {
+    try {
+      await this.em().insert(KeyEntity, {
+        key_id: k.key_id, public_key: k.public_key, created_at: k.created_at,
+        signing_authority_id: k.signing_authority_id, signing_key_version: k.signing_key_version,
+      });
+    } catch (e) { conflict(e, 'key_id: already registered'); }
+  }
+
+  async getKey(keyId: string): Promise<KeyRecord | null> {
+    const r = await this.em().findOne(KeyEntity, { key_id: keyId });
+    return r ? {
+      key_id: r.key_id, algorithm: 'Ed25519', public_key: r.public_key, created_at: r.created_at,
+      signing_authority_id: r.signing_authority_id, signing_key_version: num(r.signing_key_version),
+    } : null;
+  }
+
+  async recordDestruction(d: Destruction): Promise<void> {
+    const p = d.proof;
+    try {
+      await this.em().transactional(async (em) => {
+        if (d.key) {
+          await em.insert(KeyEntity, {
+            key_id: d.key.key_id, public_key: d.key.public_key, created_at: d.key.created_at,
+            signing_authority_id: d.key.signing_authority_id, signing_key_version: d.key.signing_key_version,
+          });
+        }
+        await em.insert(ProofEntity, {
+          proof_id: p.proof_id, capsule_id: p.capsule_id, customer_id: p.customer_id, record: JSON.stringify(p.record),
+          response: p.response === null ? null : JSON.stringify(p.response), partial: p.partial ? 1 : 0, created_at: p.created_at,
+        });
+        if (d.capsule.billable) await this.run('update "accounts" set "cdps_used" = "cdps_used" + 1 where "customer_id" = ?', [p.customer_id], em);
+        const set: Partial<CapsuleRow> = { status: d.status };
+        if (d.destroyed_at !== null) set.destroyed_at = d.destroyed_at;
+        const moved = await em.nativeUpdate(CapsuleEntity, { id: d.capsule.id, status: { $in: [...d.from] } }, set);
+        if (moved !== 1) throw new ApiError('resource_conflict', 'capsule already destroyed');
+        await this.run('update "accounts" set "live_capsules" = "live_capsules" - 1 where "customer_id" = ? and "live_capsules" > 0', [d.capsule.customer_id], em);
+      });
+    } catch (e) { conflict(e, 'capsule already destroyed'); }
+  }
+
+  async insertContact(c: ContactMessage): Promise<void> {
+    await this.em().insert(ContactEntity, c);
+  }
+
+  // ---- idempotency
+  async claimIdempotency(customerId: string, key: string, requestHash: string, nowIso: string, notBeforeIso: string): Promise<IdempotencyClaim> {
+    const em = this.em();
+    // Entries older than the replay window are forgotten.
+    await em.nativeDelete(IdempotencyEntity, { customer_id: customerId, idem_key: key, created_at: { $lt: notBeforeIso } });
+    try {
+      await em.insert(IdempotencyEntity, {
+        customer_id: customerId, idem_key: key, request_hash: requestHash, state: 'pending', status: null, body: null, headers: null, created_at: nowIso,
+      });
+      return { state: 'claimed' };
+    } catch (e) {
+      if (!(e instanceof UniqueConstraintViolationException)) throw e;
+    }
+    const r = await this.em().findOne(IdempotencyEntity, { customer_id: customerId, idem_key: key });
+    if (!r || r.state !== 'done' || r.status === null) return { state: 'pending' };
+    return {
+      state: 'done', request_hash: r.request_hash,
+      response: { status: num(r.status), body: r.body ?? '', headers: JSON.parse(r.headers ?? '{}') as Record<string, string> },
+    };
+  }
+
+  async completeIdempotency(customerId: string, key: string, response: IdempotentResponse): Promise<void> {
+    await this.em().nativeUpdate(IdempotencyEntity, { customer_id: customerId, idem_key: key },
+      { state: 'done', status: response.status, body: response.body, headers: JSON.stringify(response.headers) });
+  }
+
+  async releaseIdempotency(customerId: string, key: string): Promise<void> {
+    await this.em().nativeDelete(IdempotencyEntity, { customer_id: customerId, idem_key: key, state: 'pending' });
+  }
+}

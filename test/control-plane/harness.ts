@@ -1,0 +1,98 @@
+// Test harness: a fresh database per test (unique SQLite file, or a uniquely
+// named PostgreSQL database created and dropped here), a control plane on
+// port 0, and a small HTTP client. Both drivers run every suite.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import tap from 'tap';
+import { pino } from 'pino';
+import { loadConfig, type Config } from '../../control-plane/config.js';
+import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
+import type { RunnerPort } from '../../shared/runner-protocol.js';
+
+/** A tap subtest. */
+export type T = Parameters<Parameters<typeof tap.test>[0]>[0];
+
+export const PG_ADMIN = 'postgres://postgres@127.0.0.1:5432/test';
+export type Driver = 'sqlite' | 'postgresql';
+export const DRIVERS: Driver[] = ['sqlite', 'postgresql'];
+
+export interface FreshDb { url: string; drop(): Promise<void> }
+
+/** A database no other test sees: `file:` URL for SQLite, a new PG database. */
+export async function freshDb(driver: Driver): Promise<FreshDb> {
+  if (driver === 'sqlite') {
+    const dir = mkdtempSync(join(tmpdir(), 'cp-test-'));
+    return { url: `file:${join(dir, 'capsule.db')}`, drop: async () => rmSync(dir, { recursive: true, force: true }) };
+  }
+  const name = `cp_test_${process.pid}_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: PG_ADMIN });
+  await admin.connect();
+  try { await admin.query(`create database ${name}`); } finally { await admin.end(); }
+  return {
+    url: `postgres://postgres@127.0.0.1:5432/${name}`,
+    drop: async () => {
+      const c = new pg.Client({ connectionString: PG_ADMIN });
+      await c.connect();
+      try { await c.query(`drop database if exists ${name} with (force)`); } finally { await c.end(); }
+    },
+  };
+}
+
+export function testConfig(dbUrl: string, env: Record<string, string> = {}): Config {
+  const dataDir = mkdtempSync(join(tmpdir(), 'cp-data-'));
+  return loadConfig({ CAPSULE_DATA_DIR: dataDir, LOG_LEVEL: 'silent', ...env }, { port: 0, databaseUrl: dbUrl, runnerSocket: null });
+}
+
+export interface Started { cp: ControlPlane; api: Api; db: FreshDb; close(): Promise<void> }
+
+export async function start(driver: Driver, runner: RunnerPort, env: Record<string, string> = {}, db?: FreshDb): Promise<Started> {
+  const database = db ?? await freshDb(driver);
+  const cp = await startControlPlane(testConfig(database.url, env), runner, { logger: pino({ level: 'silent' }) });
+  return {
+    cp, db: database, api: new Api(cp.url),
+    close: async () => { await cp.close(); if (!db) await database.drop(); },
+  };
+}
+
+export interface Res { status: number; headers: Headers; text: string; body: any; bytes: Uint8Array }
+
+export class Api {
+  constructor(readonly base: string) {}
+
+  async req(method: string, path: string, opts: { key?: string; json?: unknown; raw?: string | Uint8Array; headers?: Record<string, string> } = {}): Promise<Res> {
+    const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+    if (opts.key) headers.authorization = `Bearer ${opts.key}`;
+    let body: string | Uint8Array | undefined;
+    if (opts.json !== undefined) { body = JSON.stringify(opts.json); headers['content-type'] ??= 'application/json'; }
+    if (opts.raw !== undefined) body = opts.raw;
+    const r = await fetch(this.base + path, { method, headers, ...(body !== undefined ? { body } : {}) });
+    const bytes = new Uint8Array(await r.arrayBuffer());
+    const text = Buffer.from(bytes).toString('utf8');
+    let parsed: unknown = undefined;
+    try { parsed = JSON.parse(text); } catch { /* raw body */ }
+    return { status: r.status, headers: r.headers, text, body: parsed, bytes };
+  }
+
+  async signup(email = `u${randomBytes(5).toString('hex')}@example.com`, jurisdiction = 'EU'): Promise<{ key: string; customer_id: string; email: string }> {
+    const r = await this.req('POST', '/v1/signup', { json: { email, jurisdiction } });
+    if (r.status !== 201) throw new Error(`signup failed: ${r.status} ${r.text}`);
+    return { key: r.body.api_key, customer_id: r.body.customer_id, email };
+  }
+}
+
+/** Asserts the SPEC error envelope and returns it. */
+export function envelope(t: T, r: Res, status: number, code: string): Record<string, any> {
+  t.equal(r.status, status, `status ${status} (${code}); got ${r.text.slice(0, 200)}`);
+  const e = r.body?.error ?? {};
+  t.equal(e.code, code, 'error.code');
+  t.type(e.type, 'string');
+  t.type(e.message, 'string');
+  t.match(e.doc_url, new RegExp(`/errors/${code}$`), 'doc_url');
+  t.match(e.request_id, /^req_[0-9a-f]+$/, 'request_id');
+  t.equal(e.request_id, r.headers.get('x-svc-request-id'), 'request_id equals X-Svc-Request-Id');
+  t.notMatch(r.text, /\n\s+at /, 'no stack trace');
+  return e;
+}
