@@ -1,5 +1,190 @@
-// Placeholder until the verify command lands.
-export async function main(_argv: string[]): Promise<number> {
-  process.stderr.write('capsule verify: not available yet\n');
-  return 2;
+// `capsule verify [--json] [--trust-manifest FILE] FILE...|-`
+// Verifies proofs offline: one proof per file, a JSON-lines file of proofs,
+// a destroy response or stored-proof record (its `cdp` and `audit_proof`),
+// or a golden test vector. Exit 0 all verified, 1 any not verified, 2 usage
+// or unreadable input (one-line message, never a stack trace).
+import { readFileSync, statSync } from 'node:fs';
+import { createNodeCrypto } from '../shared/node/crypto-node.js';
+import { STAGE_NAMES, type TrustManifest, type VerifyResult } from '../shared/proof/index.js';
+import { itemsOf, jsonErrorReason, validateManifest, verifyItems, type LineOutcome, type Verdict } from './verify-input.js';
+import { verifyLines } from './verify-pool.js';
+
+const USAGE = `usage: capsule verify [--json] [--trust-manifest FILE] FILE...|-
+  Verifies AuditProof documents offline (no network). FILE may hold one proof,
+  JSON lines of proofs, a destroy response or stored-proof record (its cdp and
+  audit_proof are verified), or a test vector {document, expect[, manifest]}
+  (its own manifest is used unless --trust-manifest is given). "-" reads stdin.
+  --json                 print one result object per line (the POST /v1/verify members)
+  --trust-manifest FILE  resolve managed-authority keys against this manifest (stage 6)
+  Exit: 0 all verified, 1 any not verified, 2 usage or unreadable input.
+  A valid result means the AuditProof is verified (integrity of the document and
+  its signature); it does not by itself prove that destruction happened on the host.
+`;
+
+/** Whole files above this are refused (JSON lines can be split). */
+export const MAX_INPUT_BYTES = 256 * 1024 * 1024;
+
+class InputError extends Error {}
+
+interface Args { json: boolean; manifestPath?: string; files: string[] }
+
+function parseArgs(argv: string[]): Args | string {
+  const args: Args = { json: false, files: [] };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--json') args.json = true;
+    else if (a === '--trust-manifest' || a.startsWith('--trust-manifest=')) {
+      const v = a === '--trust-manifest' ? argv[++i] : a.slice('--trust-manifest='.length);
+      if (v === undefined || v === '') return '--trust-manifest needs a FILE';
+      if (args.manifestPath !== undefined) return '--trust-manifest given twice';
+      args.manifestPath = v;
+    } else if (a === '--') {
+      args.files.push(...argv.slice(i + 1));
+      break;
+    } else if (a.startsWith('-') && a !== '-') return `unknown option ${a}`;
+    else args.files.push(a);
+  }
+  if (args.files.length === 0) return 'no proof file given';
+  if (args.files.filter((f) => f === '-').length > 1) return 'stdin ("-") can be read only once';
+  return args;
+}
+
+function readText(path: string): string {
+  let bytes: Buffer;
+  try {
+    if (path === '-') {
+      bytes = readFileSync(0);
+    } else {
+      const st = statSync(path);
+      if (st.isDirectory()) throw new InputError(`${path}: is a directory, not a proof file`);
+      if (!st.isFile() && !st.isFIFO() && !st.isCharacterDevice()) throw new InputError(`${path}: not a regular file`);
+      if (st.size > MAX_INPUT_BYTES) throw new InputError(`${path}: larger than ${MAX_INPUT_BYTES / 1048576} MiB; split it into JSON-lines files`);
+      bytes = readFileSync(path);
+    }
+  } catch (err) {
+    if (err instanceof InputError) throw err;
+    const code = (err as NodeJS.ErrnoException).code;
+    const what = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied'
+      : code === 'EISDIR' ? 'is a directory, not a proof file' : `cannot read (${code ?? 'error'})`;
+    throw new InputError(`${path === '-' ? 'stdin' : path}: ${what}`);
+  }
+  if (bytes.length > MAX_INPUT_BYTES) throw new InputError(`${label(path)}: larger than ${MAX_INPUT_BYTES / 1048576} MiB`);
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false }).decode(bytes);
+  } catch {
+    throw new InputError(`${label(path)}: not UTF-8 text, so not a JSON proof`);
+  }
+  if (text.trim() === '') throw new InputError(`${label(path)}: empty input, no proof to verify`);
+  return text;
+}
+
+const label = (path: string) => (path === '-' ? 'stdin' : path);
+
+/** The verdicts (or line errors) of one input, in order. */
+async function verifyInput(path: string, manifest: TrustManifest | undefined): Promise<LineOutcome[]> {
+  const text = readText(path);
+  const name = label(path);
+  const crypto = createNodeCrypto({ cacheKeys: true });
+  try {
+    const value: unknown = JSON.parse(text);
+    return [{ verdicts: verifyItems(itemsOf(value, name), { crypto, ...(manifest ? { manifest } : {}) }) }];
+  } catch (err) {
+    if (!(err instanceof SyntaxError)) throw err;
+    // Not one JSON document: JSON lines, if its first line is JSON.
+    const raw = text.split('\n');
+    const lines: string[] = [];
+    const labels: string[] = [];
+    raw.forEach((l, i) => {
+      if (l.trim() !== '') { lines.push(l); labels.push(`${name}:${i + 1}`); }
+    });
+    const first = lines[0]!;
+    try {
+      JSON.parse(first);
+    } catch (e) {
+      throw new InputError(`${name}: not valid JSON (${jsonErrorReason(lines.length > 1 ? e : err)})`);
+    }
+    if (lines.length === 1) throw new InputError(`${name}: not valid JSON (${jsonErrorReason(err)})`);
+    return verifyLines(lines, labels, { cacheKeys: true, ...(manifest ? { manifest } : {}) });
+  }
+}
+
+function describe(v: Verdict): string {
+  const r: VerifyResult = v.result;
+  if (r.valid) {
+    const notes = [`${r.checks.step_count} steps`, r.checks.algorithm];
+    if (r.completeness === 'partial') notes.unshift('partial proof: integrity of the document only');
+    if (r.checks.chain_recomputed === false) notes.push('legacy session form: chain hashes taken from the document, not recomputed');
+    return `${v.label}: AuditProof verified (${notes.join(', ')})`;
+  }
+  const stage = STAGE_NAMES[r.stage_reached] ?? 'unknown';
+  return `${v.label}: AuditProof NOT verified: stage ${r.stage_reached} (${stage}) failed: ${r.failure_reason.type}/${r.failure_reason.reason}`;
+}
+
+function loadManifest(path: string): TrustManifest {
+  let value: unknown;
+  try {
+    value = JSON.parse(readText(path));
+  } catch (err) {
+    if (err instanceof InputError) throw new InputError(`trust manifest ${err.message}`);
+    throw new InputError(`trust manifest ${path}: not valid JSON (${jsonErrorReason(err)})`);
+  }
+  const m = validateManifest(value);
+  if (typeof m === 'string') throw new InputError(`${path}: ${m}`);
+  return m;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  if (argv.includes('-h') || argv.includes('--help')) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const args = parseArgs(argv);
+  if (typeof args === 'string') {
+    process.stderr.write(`capsule verify: ${args}\n${USAGE}`);
+    return 2;
+  }
+  let exit = 0;
+  let verified = 0;
+  let failedCount = 0;
+  const out: string[] = [];
+  const flush = () => { if (out.length) { process.stdout.write(out.join('\n') + '\n'); out.length = 0; } };
+  try {
+    const manifest = args.manifestPath !== undefined ? loadManifest(args.manifestPath) : undefined;
+    for (const file of args.files) {
+      let outcomes: LineOutcome[];
+      try {
+        outcomes = await verifyInput(file, manifest);
+      } catch (err) {
+        if (!(err instanceof InputError)) throw err;
+        flush();
+        process.stderr.write(`capsule verify: ${err.message}\n`);
+        exit = 2;
+        continue;
+      }
+      for (const o of outcomes) {
+        if ('error' in o) {
+          flush();
+          process.stderr.write(`capsule verify: ${o.error}\n`);
+          exit = 2;
+          continue;
+        }
+        for (const v of o.verdicts) {
+          if (v.result.valid) verified++;
+          else { failedCount++; if (exit === 0) exit = 1; }
+          out.push(args.json ? JSON.stringify(v.result) : describe(v));
+          if (out.length >= 1000) flush();
+        }
+      }
+    }
+  } catch (err) {
+    flush();
+    process.stderr.write(`capsule verify: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}\n`);
+    return 2;
+  }
+  flush();
+  if (!args.json && verified + failedCount > 1) {
+    process.stdout.write(`${verified} AuditProof(s) verified, ${failedCount} not verified\n`);
+  }
+  return exit;
 }

@@ -27,7 +27,8 @@ export const FILENAME_MAX_DEPTH = 16;
 /** 0-byte files are refused (see docs/CAPSULEFILE.md); the upper bound is per file. */
 export const FILE_MIN_BYTES = 1;
 export const FILE_MAX_BYTES = 16 * 1024 * 1024;
-export const FILES_MAX = 512;
+/** The runner mounts at most 256 app files (sandbox-runner: app_files bound). */
+export const FILES_MAX = 256;
 export const FILES_TOTAL_MAX_BYTES = 64 * 1024 * 1024;
 
 /** Capsulefile.yaml itself. */

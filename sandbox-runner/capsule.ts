@@ -1,0 +1,419 @@
+// Capsule lifecycle: create (uid, tmpfs, cgroup, state record), exec (one
+// fresh bwrap per exec over the same tmpfs, serialized per capsule), file
+// transfer, destroy (kill, wipe, zeroize, unmount, release, evidence).
+import { chmodSync, chownSync, mkdirSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  RunnerError,
+  type CreateCapsuleRequest,
+  type CreatedCapsule,
+  type DestroyResult,
+  type ExecRequest,
+  type ExecResult,
+  type FileEntry,
+  type HostFacts,
+} from '../shared/runner-protocol.js';
+import { groupPids, killGroup, procsFiles, removeGroup, type CapsuleCgroupPaths, type CgroupManager } from './cgroup.js';
+import type { Clock, Random } from './clock.js';
+import type { RunnerConfig } from './config.js';
+import { buildEvidence } from './evidence.js';
+import { runExec, type SandboxObservation } from './exec.js';
+import { listRegular, readRegular, validateFilename, writeFileInto } from './files.js';
+import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
+import { baseEnv, INSIDE_GID, INSIDE_UID, type SandboxSpec } from './sandbox.js';
+import { isMounted, mountTmpfs, unmountTmpfs } from './tmpfs.js';
+import type { UidPool } from './uids.js';
+import { wipeTree } from './wipe.js';
+
+export const CAPSULE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
+const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+
+/** What a state record on disk holds: enough for recovery after a crash. */
+export interface CapsuleRecord {
+  capsule_id: string;
+  host_uid: number;
+  tmpfs_dir: string;
+  cgroup: CapsuleCgroupPaths;
+  created_at: string;
+}
+
+interface Capsule {
+  record: CapsuleRecord;
+  hostname: string;
+  imageRoot: string;
+  env: Record<string, string>;
+  hasApp: boolean;
+  key: Buffer;
+  state: 'live' | 'destroying';
+  queue: Promise<unknown>;
+  running: number;
+  abortRunning: (() => void) | null;
+  observations: SandboxObservation[];
+  execCount: number;
+}
+
+export interface ManagerDeps {
+  config: RunnerConfig;
+  cgroups: CgroupManager;
+  uids: UidPool;
+  clock: Clock;
+  random: Random;
+  host: HostFacts;
+  hostNamespaces: Partial<Record<NsName, string>>;
+  /** Compiled seccomp program on disk (opened once per exec for bwrap's fd 3). */
+  seccompPath: string;
+}
+
+export function capsulesDir(stateDir: string): string {
+  return join(stateDir, 'capsules');
+}
+
+export function validateEnv(env: unknown, field: string): Record<string, string> {
+  if (env === undefined || env === null) return {};
+  if (typeof env !== 'object' || Array.isArray(env)) throw new RunnerError('invalid', `${field}: must be an object of strings`);
+  const out: Record<string, string> = {};
+  let total = 0;
+  const entries = Object.entries(env as Record<string, unknown>);
+  if (entries.length > 256) throw new RunnerError('invalid', `${field}: more than 256 variables`);
+  for (const [k, v] of entries) {
+    if (!ENV_NAME_RE.test(k)) throw new RunnerError('invalid', `${field}: invalid variable name ${JSON.stringify(k.slice(0, 64))}`);
+    if (typeof v !== 'string' || v.includes('\0')) throw new RunnerError('invalid', `${field}.${k}: must be a string without NUL`);
+    total += k.length + v.length;
+    out[k] = v;
+  }
+  if (total > 256 * 1024) throw new RunnerError('invalid', `${field}: larger than 256 KiB`);
+  return out;
+}
+
+function decodeB64(s: unknown, field: string, max: number): Buffer {
+  if (typeof s !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(s) || s.length % 4 !== 0) {
+    throw new RunnerError('invalid', `${field}: must be standard base64`);
+  }
+  if ((s.length / 4) * 3 > max + 3) throw new RunnerError('too_large', `${field}: larger than ${max} bytes`);
+  const b = Buffer.from(s, 'base64');
+  if (b.length > max) throw new RunnerError('too_large', `${field}: larger than ${max} bytes`);
+  return b;
+}
+
+const INPUT_DIRS: Record<string, string> = { '/data/input/': 'input', '/data/output/': 'output', '/tmp/': 'tmp' };
+
+export class CapsuleManager {
+  private readonly capsules = new Map<string, Capsule>();
+  private shuttingDown = false;
+
+  constructor(private readonly d: ManagerDeps) {
+    mkdirSync(capsulesDir(d.config.stateDir), { recursive: true, mode: 0o711 });
+    chmodSync(capsulesDir(d.config.stateDir), 0o711);
+  }
+
+  ids(): string[] {
+    return [...this.capsules.keys()];
+  }
+
+  private get(id: unknown): Capsule {
+    if (typeof id !== 'string' || !CAPSULE_ID_RE.test(id)) throw new RunnerError('invalid', 'capsule_id: 1-64 of [A-Za-z0-9_-], starting alphanumeric');
+    const c = this.capsules.get(id);
+    if (!c) throw new RunnerError('not_found', `capsule_id: no live capsule ${id}`);
+    if (c.state === 'destroying') throw new RunnerError('busy', `capsule_id: capsule ${id} is being destroyed`);
+    return c;
+  }
+
+  create(req: CreateCapsuleRequest): CreatedCapsule {
+    const { config } = this.d;
+    if (this.shuttingDown) throw new RunnerError('unavailable', 'runner is shutting down');
+    if (typeof req !== 'object' || req === null) throw new RunnerError('invalid', 'params: must be an object');
+    if (typeof req.capsule_id !== 'string' || !CAPSULE_ID_RE.test(req.capsule_id)) throw new RunnerError('invalid', 'capsule_id: 1-64 of [A-Za-z0-9_-], starting alphanumeric');
+    const id = req.capsule_id;
+    if (this.capsules.has(id)) throw new RunnerError('invalid', `capsule_id: ${id} already exists`);
+    const mem = req.memory_mb;
+    if (!Number.isInteger(mem) || mem < config.bounds.minMemoryMb || mem > config.bounds.maxMemoryMb) {
+      throw new RunnerError('invalid', `memory_mb: must be an integer in ${config.bounds.minMemoryMb}..${config.bounds.maxMemoryMb}`);
+    }
+    const runtime = req.runtime ?? 'default';
+    const imageRoot = typeof runtime === 'string' ? config.runtimes[runtime] : undefined;
+    if (!imageRoot) throw new RunnerError('invalid', `runtime: unknown runtime ${JSON.stringify(runtime)}`);
+    const env = validateEnv(req.env, 'env');
+    const apps: { name: string; bytes: Buffer }[] = [];
+    if (req.app_files !== undefined) {
+      if (!Array.isArray(req.app_files) || req.app_files.length > 256) throw new RunnerError('invalid', 'app_files: must be a list of at most 256 files');
+      let total = 0;
+      const seen = new Set<string>();
+      req.app_files.forEach((f, i) => {
+        const name = validateFilename(f?.filename, `app_files[${i}].filename`);
+        if (seen.has(name)) throw new RunnerError('invalid', `app_files[${i}].filename: duplicate ${name}`);
+        seen.add(name);
+        const bytes = decodeB64(f.content_b64, `app_files[${i}].content_b64`, config.bounds.maxUploadBytes);
+        total += bytes.length;
+        apps.push({ name, bytes });
+      });
+      if (total > config.bounds.tmpfsMb * 1024 * 1024) throw new RunnerError('too_large', 'app_files: larger than the capsule tmpfs');
+    }
+    if (req.egress !== undefined) throw new RunnerError('invalid', 'egress: not supported by this runner build yet');
+    if (this.capsules.size >= config.bounds.maxCapsules) throw new RunnerError('unavailable', 'runner is at its capsule limit');
+    const uid = this.d.uids.allocate();
+    if (uid === null) throw new RunnerError('unavailable', 'no free capsule uid in the configured range');
+
+    const tmpfsDir = join(capsulesDir(config.stateDir), id);
+    const statePath = `${tmpfsDir}.json`;
+    const record: CapsuleRecord = {
+      capsule_id: id,
+      host_uid: uid,
+      tmpfs_dir: tmpfsDir,
+      cgroup: this.d.cgroups.pathsFor(id),
+      created_at: this.d.clock.iso(),
+    };
+    const hostname = `capsule-${this.d.random.bytes(6).toString('hex')}`;
+    let mounted = false;
+    let cgroupMade = false;
+    try {
+      // The record goes first so that a crash from here on is found by recovery.
+      writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+      mkdirSync(tmpfsDir, { mode: 0o711 });
+      mountTmpfs(tmpfsDir, config.bounds.tmpfsMb);
+      mounted = true;
+      for (const sub of ['input', 'output', 'tmp']) {
+        mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
+        chownSync(join(tmpfsDir, sub), uid, uid);
+      }
+      const sys = join(tmpfsDir, '.sys');
+      mkdirSync(sys, { mode: 0o755 });
+      writeFileSync(join(sys, 'passwd'), `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\ncapsule:x:${INSIDE_UID}:${INSIDE_GID}:capsule:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`);
+      writeFileSync(join(sys, 'group'), `root:x:0:\ncapsule:x:${INSIDE_GID}:\nnogroup:x:65534:\n`);
+      writeFileSync(join(sys, 'hosts'), `127.0.0.1 localhost ${hostname}\n::1 localhost\n`);
+      writeFileSync(join(sys, 'hostname'), `${hostname}\n`);
+      if (apps.length > 0) {
+        const app = join(tmpfsDir, 'app');
+        mkdirSync(app, { mode: 0o755 });
+        for (const a of apps) {
+          writeFileInto(app, a.name, a.bytes, 0, 'app_files.filename');
+          a.bytes.fill(0);
+        }
+      }
+      this.d.cgroups.create(id, { memoryBytes: mem * 1024 * 1024, pidsMax: config.bounds.pidsMax, cpuWeight: config.bounds.cpuWeight });
+      cgroupMade = true;
+    } catch (e) {
+      if (cgroupMade) void removeGroup(record.cgroup);
+      if (mounted) unmountTmpfs(tmpfsDir);
+      rmSync(tmpfsDir, { recursive: true, force: true });
+      rmSync(statePath, { force: true });
+      this.d.uids.release(uid);
+      if (e instanceof RunnerError) throw e;
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === 'ENOSPC') throw new RunnerError('no_space', 'app_files: do not fit the capsule tmpfs');
+      throw new RunnerError('internal', `create failed: ${code ?? (e as Error).message}`);
+    }
+    this.capsules.set(id, {
+      record,
+      hostname,
+      imageRoot,
+      env: { ...baseEnv(hostname), ...env },
+      hasApp: apps.length > 0,
+      key: this.d.random.bytes(32),
+      state: 'live',
+      queue: Promise.resolve(),
+      running: 0,
+      abortRunning: null,
+      observations: [],
+      execCount: 0,
+    });
+    return { capsule_id: id, hostname, host_uid: uid, created_at: record.created_at };
+  }
+
+  private spec(c: Capsule, command: string, env: Record<string, string>): SandboxSpec {
+    return {
+      tmpfsDir: c.record.tmpfs_dir,
+      imageRoot: c.imageRoot,
+      hostUid: c.record.host_uid,
+      hostname: c.hostname,
+      hasApp: c.hasApp,
+      env: { ...c.env, ...env },
+      cgroupProcsFiles: procsFiles(c.record.cgroup),
+      command,
+    };
+  }
+
+  private observe(c: Capsule, o: SandboxObservation): void {
+    if (c.observations.length === 0) c.observations.push(o);
+  }
+
+  async exec(req: ExecRequest): Promise<ExecResult> {
+    const { bounds } = this.d.config;
+    if (typeof req !== 'object' || req === null) throw new RunnerError('invalid', 'params: must be an object');
+    const c = this.get(req.capsule_id);
+    if (typeof req.command !== 'string' || req.command.length === 0) throw new RunnerError('invalid', 'command: must be a non-empty string');
+    if (Buffer.byteLength(req.command) > bounds.maxCommandBytes) throw new RunnerError('too_large', `command: longer than ${bounds.maxCommandBytes} bytes`);
+    if (req.command.includes('\0')) throw new RunnerError('invalid', 'command: must not contain NUL');
+    if (!Number.isInteger(req.timeout_ms) || req.timeout_ms < 1 || req.timeout_ms > bounds.maxTimeoutMs) {
+      throw new RunnerError('invalid', `timeout_ms: must be an integer in 1..${bounds.maxTimeoutMs}`);
+    }
+    const env = validateEnv(req.env, 'env');
+    let input: { dir: string; name: string; bytes: Buffer } | null = null;
+    if (req.input_b64 !== undefined && req.input_b64 !== null) {
+      const bytes = decodeB64(req.input_b64, 'input_b64', bounds.maxInputBytes);
+      const path = req.input_filename ?? '/data/input/data';
+      if (typeof path !== 'string') throw new RunnerError('invalid', 'input_filename: must be a string');
+      const prefix = Object.keys(INPUT_DIRS).find((p) => path.startsWith(p));
+      if (!prefix) throw new RunnerError('invalid', 'input_filename: must be /data/input/<name>, /data/output/<name> or /tmp/<name>');
+      const name = validateFilename(path.slice(prefix.length), 'input_filename');
+      input = { dir: join(c.record.tmpfs_dir, INPUT_DIRS[prefix]!), name, bytes };
+    } else if (req.input_filename !== undefined) {
+      throw new RunnerError('invalid', 'input_filename: given without input_b64');
+    }
+
+    const run = async (): Promise<ExecResult> => {
+      if (c.state !== 'live') throw new RunnerError('busy', `capsule_id: capsule ${c.record.capsule_id} is being destroyed`);
+      c.running++;
+      try {
+        if (input) {
+          try {
+            writeFileInto(input.dir, input.name, input.bytes, c.record.host_uid, 'input_filename');
+          } finally {
+            input.bytes.fill(0);
+          }
+        }
+        const executedAt = this.d.clock.iso();
+        c.execCount++;
+        const r = await runExec({
+          spec: this.spec(c, req.command, env),
+          cgroup: c.record.cgroup,
+          seccompPath: this.d.seccompPath,
+          timeoutMs: req.timeout_ms,
+          killGraceMs: bounds.killGraceMs,
+          maxOutputBytes: bounds.maxOutputBytes,
+          clock: this.d.clock,
+          // The first exec is observed (namespaces, mount table); later ones run unobserved (speed).
+          ...(c.observations.length === 0 ? { observe: (o: SandboxObservation) => this.observe(c, o) } : {}),
+          onStart: (abort) => {
+            c.abortRunning = abort;
+          },
+        });
+        return {
+          stdout: r.stdout,
+          stderr: r.stderr,
+          stdout_truncated: r.stdout_truncated,
+          stderr_truncated: r.stderr_truncated,
+          exit_code: r.exit_code,
+          duration_ms: r.duration_ms,
+          executed_at: executedAt,
+          timed_out: r.timed_out,
+          oom_killed: r.oom_killed,
+        };
+      } finally {
+        c.abortRunning = null;
+        c.running--;
+      }
+    };
+    const p = c.queue.then(run, run);
+    c.queue = p.catch(() => undefined);
+    return p;
+  }
+
+  upload(params: { capsule_id: string; filename: string }, body: Buffer): FileEntry {
+    const c = this.get(params?.capsule_id);
+    const name = validateFilename(params.filename);
+    if (body.length > this.d.config.bounds.maxUploadBytes) throw new RunnerError('too_large', `body: larger than ${this.d.config.bounds.maxUploadBytes} bytes`);
+    try {
+      return writeFileInto(join(c.record.tmpfs_dir, 'input'), name, body, c.record.host_uid);
+    } finally {
+      body.fill(0);
+    }
+  }
+
+  listOutput(params: { capsule_id: string }): { files: FileEntry[] } {
+    const c = this.get(params?.capsule_id);
+    return { files: listRegular(join(c.record.tmpfs_dir, 'output')) };
+  }
+
+  readOutput(params: { capsule_id: string; filename: string }): { entry: FileEntry; bytes: Buffer } {
+    const c = this.get(params?.capsule_id);
+    const name = validateFilename(params.filename);
+    return readRegular(join(c.record.tmpfs_dir, 'output'), name, this.d.config.bounds.maxReadBytes);
+  }
+
+  async destroy(params: { capsule_id: string }): Promise<DestroyResult> {
+    const c = this.get(params?.capsule_id);
+    c.state = 'destroying';
+    const commandWasRunning = c.running > 0;
+    c.abortRunning?.();
+    await c.queue;
+    if (c.observations.length === 0) {
+      // Never executed: observe the capsule's sandbox once so step 1/2 rest on a measurement.
+      await runExec({
+        spec: this.spec(c, 'true', {}),
+        cgroup: c.record.cgroup,
+        seccompPath: this.d.seccompPath,
+        timeoutMs: 5000,
+        killGraceMs: 100,
+        maxOutputBytes: 1024,
+        clock: this.d.clock,
+        observe: (o) => this.observe(c, o),
+      }).catch(() => undefined);
+    }
+    const result = await this.teardown(c, commandWasRunning);
+    this.capsules.delete(c.record.capsule_id);
+    return result;
+  }
+
+  private async teardown(c: Capsule, commandWasRunning: boolean): Promise<DestroyResult> {
+    const r = c.record;
+    const cgEmpty = await killGroup(r.cgroup);
+    const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
+    const wipe = wipeTree(r.tmpfs_dir, c.key);
+    c.key.fill(0);
+    const keyZero = c.key.every((b) => b === 0);
+    const unmounted = unmountTmpfs(r.tmpfs_dir);
+    const removed = cgEmpty ? await removeGroup(r.cgroup) : false;
+    const owned = processesOwnedBy(r.host_uid);
+    const released = owned.pids.length === 0;
+    if (released) this.d.uids.release(r.host_uid);
+    let stateRemoved = false;
+    try {
+      if (unmounted) rmSync(r.tmpfs_dir, { recursive: true, force: true });
+      rmSync(`${r.tmpfs_dir}.json`, { force: true });
+      stateRemoved = true;
+    } catch {
+      stateRemoved = false;
+    }
+    const host: HostFacts = { ...this.d.host, swap_active: swapActive() };
+    const evidence = buildEvidence({
+      capsuleId: r.capsule_id,
+      host,
+      hostNamespaces: this.d.hostNamespaces,
+      observations: c.observations,
+      execCount: c.execCount,
+      tmpfsMountBefore,
+      wipe: wipe.report,
+      wipeRegions: wipe.regions,
+      wipeSkippedNonRegular: wipe.skipped_non_regular,
+      wipeErrors: wipe.errors,
+      key: { bytes: c.key.length, zeroized: true, readback_all_zero: keyZero },
+      uid: { host_uid: r.host_uid, processes_after: owned.pids.length, zombies_after: owned.zombies, processes_scanned: owned.scanned, released },
+      cgroup: { mode: r.cgroup.mode, empty: cgEmpty && groupPids(r.cgroup).length === 0, removed },
+      tmpfsUnmounted: unmounted && !isMounted(r.tmpfs_dir),
+      stateRemoved,
+      commandWasRunning,
+    });
+    return { capsule_id: r.capsule_id, destroyed_at: this.d.clock.iso(), evidence, wipe: wipe.report, command_was_running: commandWasRunning };
+  }
+
+  /** Graceful stop: refuse new work, destroy every live capsule. */
+  async shutdown(): Promise<void> {
+    this.shuttingDown = true;
+    for (const id of this.ids()) {
+      try {
+        await this.destroy({ capsule_id: id });
+      } catch {
+        /* recovery on next start covers it */
+      }
+    }
+  }
+}
+
+/** For recovery: remove an empty tmpfs directory left without a mount. */
+export function removeDirIfEmpty(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch {
+    /* not empty or gone */
+  }
+}

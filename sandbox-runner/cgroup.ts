@@ -1,0 +1,283 @@
+// Per-capsule cgroups (isolation layer 5) on cgroup v2, v1 or the hybrid
+// layout. Capsule groups are created under the runner's own cgroup (read from
+// /proc/self/cgroup) inside a subtree named for this runner; the hierarchy
+// itself is never remounted or reorganized.
+//
+// v2: memory.max, memory.swap.max=0, memory.oom.group=1, pids.max, cpu.weight,
+//     OOM count from memory.events, kill via cgroup.kill.
+// v1: memory.limit_in_bytes, memory.memsw.limit_in_bytes (= no swap),
+//     pids.max, cpu.shares, OOM count from memory.oom_control; v1 has no
+//     group OOM kill, so the runner kills the whole group when the count moves.
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+export type CgroupMode = 'v1' | 'v2' | 'hybrid';
+
+export interface CgroupLimits {
+  memoryBytes: number;
+  pidsMax: number;
+  /** cgroup v2 cpu.weight scale, 1..10000 (100 = default). */
+  cpuWeight: number;
+}
+
+/** The directories of one capsule's cgroup; persisted in the capsule state for recovery. */
+export interface CapsuleCgroupPaths {
+  mode: CgroupMode;
+  /** v2: the one directory. v1: the memory directory. */
+  memory: string;
+  pids: string | null;
+  cpu: string | null;
+}
+
+interface Mount { root: string; mountPoint: string; fstype: string; superOpts: string[] }
+
+function readMounts(): Mount[] {
+  const out: Mount[] = [];
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    if (!line) continue;
+    const [pre, post] = line.split(' - ');
+    if (!pre || !post) continue;
+    const f = pre.split(' ');
+    const p = post.split(' ');
+    out.push({ root: f[3] ?? '', mountPoint: (f[4] ?? '').replace(/\\040/g, ' '), fstype: p[0] ?? '', superOpts: (p[2] ?? '').split(',') });
+  }
+  return out;
+}
+
+/** controller name ("memory", "" for the v2 line) -> own cgroup path */
+function ownCgroups(): Map<string, string> {
+  const m = new Map<string, string>();
+  for (const line of readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
+    const i = line.indexOf(':');
+    const j = line.indexOf(':', i + 1);
+    if (i < 0 || j < 0) continue;
+    const ctrls = line.slice(i + 1, j);
+    const path = line.slice(j + 1);
+    if (ctrls === '') m.set('', path);
+    else for (const c of ctrls.split(',')) m.set(c, path);
+  }
+  return m;
+}
+
+function write(path: string, value: string): void {
+  writeFileSync(path, value);
+}
+
+function tryWrite(path: string, value: string): boolean {
+  try {
+    writeFileSync(path, value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export class CgroupError extends Error {}
+
+export class CgroupManager {
+  private constructor(
+    readonly mode: CgroupMode,
+    /** v2 base dir or v1 memory base dir of this runner's subtree. */
+    private readonly memoryBase: string,
+    private readonly pidsBase: string | null,
+    private readonly cpuBase: string | null,
+  ) {}
+
+  /** Finds the hierarchy and prepares `<own cgroup>/<name>`; throws CgroupError with a clear message. */
+  static open(name: string): CgroupManager {
+    const mounts = readMounts();
+    const own = ownCgroups();
+    const v2 = mounts.find((m) => m.fstype === 'cgroup2');
+    const v1For = (ctrl: string): Mount | undefined => mounts.find((m) => m.fstype === 'cgroup' && m.superOpts.includes(ctrl));
+    const v1Mem = v1For('memory');
+    const v2Ctrls = v2 && existsSync(join(v2.mountPoint, 'cgroup.controllers'))
+      ? readFileSync(join(v2.mountPoint, 'cgroup.controllers'), 'utf8').trim().split(/\s+/)
+      : [];
+    const base = (m: Mount, ownPath: string): string => {
+      // Our own path is relative to the hierarchy root; the mount may show a sub-root.
+      const rel = m.root !== '/' && ownPath.startsWith(m.root) ? ownPath.slice(m.root.length) : ownPath;
+      return join(m.mountPoint, rel);
+    };
+
+    if (!v1Mem && v2 && v2Ctrls.includes('memory')) {
+      const ownPath = own.get('') ?? '/';
+      const ownDir = base(v2, ownPath);
+      const sub = join(ownDir, name);
+      CgroupManager.prepareV2(ownDir, sub);
+      return new CgroupManager('v2', sub, null, null);
+    }
+    if (!v1Mem) throw new CgroupError('no memory cgroup controller found (neither cgroup v2 with memory nor a v1 memory hierarchy)');
+    const mode: CgroupMode = v2 ? 'hybrid' : 'v1';
+    const memBase = join(base(v1Mem, own.get('memory') ?? '/'), name);
+    mkdirSync(memBase, { recursive: true });
+    tryWrite(join(memBase, 'memory.use_hierarchy'), '1');
+    const pidsMount = v1For('pids');
+    let pidsBase: string | null = null;
+    if (pidsMount) {
+      pidsBase = join(base(pidsMount, own.get('pids') ?? '/'), name);
+      mkdirSync(pidsBase, { recursive: true });
+    }
+    const cpuMount = v1For('cpu');
+    let cpuBase: string | null = null;
+    if (cpuMount) {
+      cpuBase = join(base(cpuMount, own.get('cpu') ?? '/'), name);
+      mkdirSync(cpuBase, { recursive: true });
+    }
+    return new CgroupManager(mode, memBase, pidsBase, cpuBase);
+  }
+
+  /**
+   * v2 "no internal processes": controllers can only be delegated from a
+   * group without member processes. The runner moves itself into a leaf
+   * `<own>/<name>-self` once, then enables memory/pids/cpu for its subtree.
+   */
+  private static prepareV2(ownDir: string, sub: string): void {
+    const enable = '+memory +pids +cpu';
+    if (!tryWrite(join(ownDir, 'cgroup.subtree_control'), enable)) {
+      const self = `${sub}-self`;
+      mkdirSync(self, { recursive: true });
+      write(join(self, 'cgroup.procs'), String(process.pid));
+      if (!tryWrite(join(ownDir, 'cgroup.subtree_control'), enable)) {
+        throw new CgroupError(`cannot enable memory/pids/cpu controllers under ${ownDir} (other processes share the runner's cgroup?)`);
+      }
+    }
+    mkdirSync(sub, { recursive: true });
+    write(join(sub, 'cgroup.subtree_control'), enable);
+  }
+
+  create(id: string, limits: CgroupLimits): CapsuleCgroupPaths {
+    if (this.mode === 'v2') {
+      const dir = join(this.memoryBase, id);
+      mkdirSync(dir);
+      write(join(dir, 'memory.max'), String(limits.memoryBytes));
+      tryWrite(join(dir, 'memory.swap.max'), '0');
+      write(join(dir, 'memory.oom.group'), '1');
+      write(join(dir, 'pids.max'), String(limits.pidsMax));
+      tryWrite(join(dir, 'cpu.weight'), String(limits.cpuWeight));
+      return { mode: 'v2', memory: dir, pids: null, cpu: null };
+    }
+    const mem = join(this.memoryBase, id);
+    mkdirSync(mem);
+    write(join(mem, 'memory.limit_in_bytes'), String(limits.memoryBytes));
+    // memsw = memory+swap; equal to the memory limit means no swap at all.
+    if (existsSync(join(mem, 'memory.memsw.limit_in_bytes'))) write(join(mem, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
+    tryWrite(join(mem, 'memory.swappiness'), '0');
+    let pids: string | null = null;
+    if (this.pidsBase) {
+      pids = join(this.pidsBase, id);
+      mkdirSync(pids);
+      write(join(pids, 'pids.max'), String(limits.pidsMax));
+    }
+    let cpu: string | null = null;
+    if (this.cpuBase) {
+      cpu = join(this.cpuBase, id);
+      mkdirSync(cpu);
+      tryWrite(join(cpu, 'cpu.shares'), String(Math.max(2, Math.round((limits.cpuWeight * 1024) / 100))));
+    }
+    return { mode: this.mode, memory: mem, pids, cpu };
+  }
+
+  /** Existing capsule group directories under this runner's subtree (for recovery). */
+  listGroups(): string[] {
+    try {
+      return readdirSync(this.memoryBase, { withFileTypes: true }).filter((d) => d.isDirectory() && !d.name.endsWith('-self')).map((d) => d.name);
+    } catch {
+      return [];
+    }
+  }
+
+  /** Removes this runner's (empty) subtree directories; used at graceful stop. */
+  removeSubtree(): void {
+    for (const d of [this.memoryBase, this.pidsBase, this.cpuBase]) {
+      if (!d) continue;
+      try {
+        rmdirSync(d);
+      } catch {
+        /* not empty (a capsule survived) or gone */
+      }
+    }
+  }
+
+  pathsFor(id: string): CapsuleCgroupPaths {
+    if (this.mode === 'v2') return { mode: 'v2', memory: join(this.memoryBase, id), pids: null, cpu: null };
+    return {
+      mode: this.mode,
+      memory: join(this.memoryBase, id),
+      pids: this.pidsBase ? join(this.pidsBase, id) : null,
+      cpu: this.cpuBase ? join(this.cpuBase, id) : null,
+    };
+  }
+}
+
+/** Files a new process writes its pid to, before exec, to join every controller. */
+export function procsFiles(p: CapsuleCgroupPaths): string[] {
+  return [p.memory, p.pids, p.cpu].filter((d): d is string => d !== null).map((d) => join(d, 'cgroup.procs'));
+}
+
+export function groupPids(p: CapsuleCgroupPaths): number[] {
+  const seen = new Set<number>();
+  for (const d of [p.memory, p.pids]) {
+    if (!d) continue;
+    try {
+      for (const s of readFileSync(join(d, 'cgroup.procs'), 'utf8').split('\n')) if (s) seen.add(Number(s));
+    } catch {
+      /* group gone */
+    }
+  }
+  return [...seen];
+}
+
+/** OOM kills counted by the kernel for this group so far. */
+export function oomKills(p: CapsuleCgroupPaths): number {
+  try {
+    const text = readFileSync(join(p.memory, p.mode === 'v2' ? 'memory.events' : 'memory.oom_control'), 'utf8');
+    const m = /^oom_kill (\d+)$/m.exec(text);
+    return m ? Number(m[1]) : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Sends sig to every process of the group (v2 SIGKILL uses cgroup.kill). */
+export function signalGroup(p: CapsuleCgroupPaths, sig: NodeJS.Signals): void {
+  if (p.mode === 'v2' && sig === 'SIGKILL' && tryWrite(join(p.memory, 'cgroup.kill'), '1')) return;
+  for (const pid of groupPids(p)) {
+    try {
+      process.kill(pid, sig);
+    } catch {
+      /* already gone */
+    }
+  }
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** SIGKILLs the group until it is empty; returns whether it emptied within the deadline. */
+export async function killGroup(p: CapsuleCgroupPaths, deadlineMs = 2000): Promise<boolean> {
+  const end = Date.now() + deadlineMs;
+  for (;;) {
+    if (groupPids(p).length === 0) return true;
+    signalGroup(p, 'SIGKILL');
+    if (Date.now() > end) return groupPids(p).length === 0;
+    await sleep(2);
+  }
+}
+
+/** Removes the group's directories (must be empty). Returns whether all are gone. */
+export async function removeGroup(p: CapsuleCgroupPaths): Promise<boolean> {
+  let ok = true;
+  for (const d of [p.memory, p.pids, p.cpu]) {
+    if (!d || !existsSync(d)) continue;
+    let removed = false;
+    for (let i = 0; i < 50 && !removed; i++) {
+      try {
+        rmdirSync(d);
+        removed = true;
+      } catch {
+        await sleep(5);
+      }
+    }
+    ok &&= removed;
+  }
+  return ok;
+}

@@ -1,0 +1,133 @@
+// The runner's configuration: read ONCE at start from env and argv
+// (`--key=value` overrides CAPSULE_RUNNER_KEY) into one validated object.
+// Nothing else in the runner reads process.env.
+import { createHash } from 'node:crypto';
+import { isAbsolute, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface RunnerConfig {
+  socketPath: string;
+  stateDir: string;
+  /** Host uid/gid range handed to capsules, one id per live capsule. */
+  uidBase: number;
+  uidCount: number;
+  /** runtime label -> read-only base image root; "default" is used when a request names none. */
+  runtimes: Record<string, string>;
+  seccompPolicyPath: string;
+  /** Name of this runner's cgroup subtree under its own cgroup. */
+  cgroupName: string;
+  bounds: {
+    maxCapsules: number;
+    minMemoryMb: number;
+    maxMemoryMb: number;
+    /** Size of each capsule's tmpfs (input + output + tmp + app files). */
+    tmpfsMb: number;
+    maxUploadBytes: number;
+    maxReadBytes: number;
+    maxOutputBytes: number; // per stream (stdout, stderr)
+    maxCommandBytes: number;
+    maxInputBytes: number;
+    maxTimeoutMs: number;
+    killGraceMs: number;
+    pidsMax: number;
+    cpuWeight: number;
+  };
+  /**
+   * Tests only: run although swap is active. The runner states it in host
+   * facts (swap_active: true) and prints a warning; it never hides it.
+   */
+  allowSwapForTests: boolean;
+}
+
+export class ConfigError extends Error {}
+
+const KEYS = [
+  'socket', 'state_dir', 'uid_base', 'uid_count', 'runtimes', 'seccomp_policy', 'cgroup_name',
+  'max_capsules', 'min_memory_mb', 'max_memory_mb', 'tmpfs_mb', 'max_upload_bytes', 'max_read_bytes',
+  'max_output_bytes', 'max_command_bytes', 'max_input_bytes', 'max_timeout_ms', 'kill_grace_ms',
+  'pids_max', 'cpu_weight', 'allow_swap_for_tests',
+] as const;
+type Key = (typeof KEYS)[number];
+
+function gather(env: NodeJS.ProcessEnv, argv: string[]): Map<Key, string> {
+  const m = new Map<Key, string>();
+  for (const k of KEYS) {
+    const v = env[`CAPSULE_RUNNER_${k.toUpperCase()}`];
+    if (v !== undefined && v !== '') m.set(k, v);
+  }
+  for (const a of argv) {
+    const match = /^--([a-z_-]+)=(.*)$/s.exec(a);
+    if (!match) throw new ConfigError(`unrecognized argument ${JSON.stringify(a)} (use --key=value)`);
+    const k = match[1]!.replace(/-/g, '_') as Key;
+    if (!KEYS.includes(k)) throw new ConfigError(`unknown option --${match[1]}`);
+    m.set(k, match[2]!);
+  }
+  return m;
+}
+
+function int(m: Map<Key, string>, k: Key, def: number, min: number, max: number): number {
+  const raw = m.get(k);
+  if (raw === undefined) return def;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min || n > max) throw new ConfigError(`${k}: must be an integer in ${min}..${max}, got ${JSON.stringify(raw)}`);
+  return n;
+}
+
+function absPath(m: Map<Key, string>, k: Key, def?: string): string {
+  const v = m.get(k) ?? def;
+  if (v === undefined) throw new ConfigError(`${k}: required (env CAPSULE_RUNNER_${k.toUpperCase()} or --${k}=...)`);
+  if (!isAbsolute(v)) throw new ConfigError(`${k}: must be an absolute path`);
+  return resolve(v);
+}
+
+const DEFAULT_POLICY = fileURLToPath(new URL('../../policies/seccomp-allowlist.yaml', import.meta.url));
+
+export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig {
+  const m = gather(env, argv);
+  const stateDir = absPath(m, 'state_dir', '/var/lib/capsule-runner');
+  const socketPath = absPath(m, 'socket', `${stateDir}/runner.sock`);
+  const uidBase = int(m, 'uid_base', 200000, 1000, 2 ** 31 - 70000);
+  const uidCount = int(m, 'uid_count', 1000, 1, 65536);
+  const runtimes: Record<string, string> = { default: '/' };
+  const rt = m.get('runtimes');
+  if (rt !== undefined) {
+    // label=/root,label2=/root2
+    for (const part of rt.split(',')) {
+      const [label, root] = part.split('=');
+      if (!label || !/^[a-z0-9][a-z0-9._-]{0,63}$/.test(label) || !root || !isAbsolute(root)) {
+        throw new ConfigError(`runtimes: expected label=/abs/root[,label=/abs/root], got ${JSON.stringify(part)}`);
+      }
+      runtimes[label] = resolve(root);
+    }
+  }
+  const cgroupName = m.get('cgroup_name') ?? `capsule-runner-${createHash('sha256').update(stateDir).digest('hex').slice(0, 12)}`;
+  if (!/^[A-Za-z0-9._-]{1,64}$/.test(cgroupName)) throw new ConfigError('cgroup_name: letters, digits, . _ - only');
+  const swap = m.get('allow_swap_for_tests');
+  if (swap !== undefined && swap !== '0' && swap !== '1') throw new ConfigError('allow_swap_for_tests: 0 or 1');
+  const minMemoryMb = int(m, 'min_memory_mb', 16, 4, 1 << 20);
+  return {
+    socketPath,
+    stateDir,
+    uidBase,
+    uidCount,
+    runtimes,
+    seccompPolicyPath: absPath(m, 'seccomp_policy', DEFAULT_POLICY),
+    cgroupName,
+    bounds: {
+      maxCapsules: int(m, 'max_capsules', 256, 1, 65536),
+      minMemoryMb,
+      maxMemoryMb: int(m, 'max_memory_mb', 4096, minMemoryMb, 1 << 20),
+      tmpfsMb: int(m, 'tmpfs_mb', 256, 1, 1 << 20),
+      maxUploadBytes: int(m, 'max_upload_bytes', 100 * 1024 * 1024, 1, 2 ** 31),
+      maxReadBytes: int(m, 'max_read_bytes', 100 * 1024 * 1024, 1, 2 ** 31),
+      maxOutputBytes: int(m, 'max_output_bytes', 1024 * 1024, 1024, 64 * 1024 * 1024),
+      maxCommandBytes: int(m, 'max_command_bytes', 10 * 1024, 1, 1024 * 1024),
+      maxInputBytes: int(m, 'max_input_bytes', 512 * 1024, 0, 64 * 1024 * 1024),
+      maxTimeoutMs: int(m, 'max_timeout_ms', 24 * 3600 * 1000, 1, 2 ** 31),
+      killGraceMs: int(m, 'kill_grace_ms', 500, 0, 60000),
+      pidsMax: int(m, 'pids_max', 128, 8, 1 << 22),
+      cpuWeight: int(m, 'cpu_weight', 100, 1, 10000),
+    },
+    allowSwapForTests: swap === '1',
+  };
+}

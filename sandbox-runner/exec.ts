@@ -1,0 +1,189 @@
+// One sandboxed exec: spawn, bounded output capture, timeout (SIGTERM, then
+// SIGKILL after a grace), OOM detection, and a final cgroup sweep so that no
+// process of the exec outlives it.
+import { spawn } from 'node:child_process';
+import { closeSync, openSync, readFileSync } from 'node:fs';
+import type { Readable, Writable } from 'node:stream';
+import { groupPids, killGroup, oomKills, signalGroup, type CapsuleCgroupPaths } from './cgroup.js';
+import type { Clock } from './clock.js';
+import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
+import { BLOCK_FD, buildExecArgv, type SandboxSpec } from './sandbox.js';
+
+export interface ExecOutcome {
+  stdout: string;
+  stderr: string;
+  stdout_truncated: boolean;
+  stderr_truncated: boolean;
+  exit_code: number;
+  duration_ms: number;
+  timed_out: boolean;
+  oom_killed: boolean;
+  /** Processes still in the group after the exec ended, before the sweep killed them. */
+  leftover_killed: number;
+}
+
+export interface SandboxObservation {
+  at: string;
+  pid: number;
+  namespaces: Partial<Record<NsName, string>>;
+  mounts: MountLine[];
+}
+
+export interface ExecParams {
+  spec: SandboxSpec;
+  cgroup: CapsuleCgroupPaths;
+  seccompPath: string;
+  timeoutMs: number;
+  killGraceMs: number;
+  maxOutputBytes: number;
+  clock: Clock;
+  /** Called with the sandbox's namespaces/mounts when bwrap reports its child pid. */
+  observe?: (o: SandboxObservation) => void;
+  /** Lets the caller (destroy) abort the exec: kills the whole group. */
+  onStart?: (abort: () => void) => void;
+}
+
+/** Whether pid is currently inside read(fd) (from /proc/<pid>/syscall: "0 0x<fd> ..."). */
+function blockedOnFd(pid: number, fd: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/syscall`, 'utf8').startsWith(`0 0x${fd.toString(16)} `);
+  } catch {
+    return false;
+  }
+}
+
+class Capture {
+  private chunks: Buffer[] = [];
+  private size = 0;
+  truncated = false;
+  constructor(private readonly max: number) {}
+  push(b: Buffer): void {
+    if (this.size >= this.max) {
+      this.truncated = true;
+      return;
+    }
+    const room = this.max - this.size;
+    if (b.length > room) {
+      this.truncated = true;
+      b = b.subarray(0, room);
+    }
+    this.chunks.push(b);
+    this.size += b.length;
+  }
+  text(): string {
+    return Buffer.concat(this.chunks).toString('utf8');
+  }
+}
+
+const HOST_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+export function runExec(p: ExecParams): Promise<ExecOutcome> {
+  const observing = p.observe !== undefined;
+  const { file, args } = buildExecArgv({ ...p.spec, block: observing });
+  const oomBefore = oomKills(p.cgroup);
+  const seccompFd = openSync(p.seccompPath, 'r');
+  const start = p.clock.monotonicMs();
+  let child;
+  try {
+    child = spawn(file, args, {
+      stdio: observing ? ['ignore', 'pipe', 'pipe', seccompFd, 'pipe', 'pipe'] : ['ignore', 'pipe', 'pipe', seccompFd, 'pipe'],
+      env: { PATH: HOST_PATH },
+    });
+  } finally {
+    closeSync(seccompFd);
+  }
+  const out = new Capture(p.maxOutputBytes);
+  const err = new Capture(p.maxOutputBytes);
+  child.stdout!.on('data', (b: Buffer) => out.push(b));
+  child.stderr!.on('data', (b: Buffer) => err.push(b));
+  const info = child.stdio[4] as Readable | null;
+  const block = observing ? ((child.stdio as unknown as (Writable | null)[])[5] ?? null) : null;
+  let released = false;
+  const release = (): void => {
+    if (released || !block) return;
+    released = true;
+    block.end('g');
+  };
+  block?.on('error', () => undefined);
+  info?.on('error', () => undefined);
+  if (info && p.observe) {
+    let text = '';
+    info.on('data', (b: Buffer) => {
+      text += b.toString('utf8');
+      const m = /"child-pid":\s*(\d+)/.exec(text);
+      if (m) {
+        const pid = Number(m[1]);
+        text = '';
+        // info-fd fires right after clone(); the sandbox is fully set up only
+        // once the child sits in read(BLOCK_FD). Wait for that, then look.
+        const deadline = p.clock.monotonicMs() + 2000;
+        const look = (): void => {
+          if (released) return;
+          if (!blockedOnFd(pid, BLOCK_FD) && p.clock.monotonicMs() < deadline) {
+            setTimeout(look, 1);
+            return;
+          }
+          try {
+            if (blockedOnFd(pid, BLOCK_FD)) p.observe?.({ at: p.clock.iso(), pid, namespaces: nsInodes(pid), mounts: mountinfoOf(pid) });
+          } catch {
+            /* observation is best effort; absence is reported as such */
+          }
+          release();
+        };
+        look();
+      }
+    });
+    info.on('end', () => setTimeout(release, 2000).unref());
+  } else info?.resume();
+
+  let timedOut = false;
+  let oomSeen = false;
+  let killTimer: NodeJS.Timeout | null = null;
+  const abort = (): void => {
+    release();
+    signalGroup(p.cgroup, 'SIGKILL');
+    child.kill('SIGKILL');
+  };
+  p.onStart?.(abort);
+  const timeout = setTimeout(() => {
+    timedOut = true;
+    signalGroup(p.cgroup, 'SIGTERM');
+    killTimer = setTimeout(abort, p.killGraceMs);
+  }, p.timeoutMs);
+  // v1 has no group OOM kill: when the kernel killed one process, kill them all.
+  const oomPoll = setInterval(() => {
+    if (!oomSeen && oomKills(p.cgroup) > oomBefore) {
+      oomSeen = true;
+      abort();
+    }
+  }, 50);
+
+  return new Promise<ExecOutcome>((resolve) => {
+    child.on('error', () => {
+      /* surfaced through 'close' with a null code */
+    });
+    child.on('close', (code, signal) => {
+      void (async () => {
+        clearTimeout(timeout);
+        if (killTimer) clearTimeout(killTimer);
+        clearInterval(oomPoll);
+        const duration = p.clock.monotonicMs() - start;
+        const leftover = groupPids(p.cgroup).length;
+        if (leftover > 0) await killGroup(p.cgroup);
+        const oom = oomSeen || oomKills(p.cgroup) > oomBefore;
+        const sigNum = signal ? ({ SIGKILL: 9, SIGTERM: 15 } as Record<string, number>)[signal] ?? 1 : 0;
+        resolve({
+          stdout: out.text(),
+          stderr: err.text(),
+          stdout_truncated: out.truncated,
+          stderr_truncated: err.truncated,
+          exit_code: code ?? 128 + sigNum,
+          duration_ms: Math.round(duration * 1000) / 1000,
+          timed_out: timedOut,
+          oom_killed: oom,
+          leftover_killed: leftover,
+        });
+      })();
+    });
+  });
+}

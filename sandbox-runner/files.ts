@@ -1,0 +1,148 @@
+// File transfer into and out of a capsule's tmpfs, done by the (root) runner
+// on the host side of the tmpfs.
+//
+// WARNING: the directories hold files the capsule user controls. Only names
+// of one path component are accepted (the parent is a bwrap mount point the
+// capsule cannot swap), and every open is O_NOFOLLOW|O_NONBLOCK followed by
+// an fstat check: a symlink, FIFO or device is never followed, read or written.
+import { createHash } from 'node:crypto';
+import { closeSync, constants, fchownSync, fstatSync, ftruncateSync, openSync, readdirSync, readSync, unlinkSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { RunnerError, type FileEntry } from '../shared/runner-protocol.js';
+
+/** A single path component: no '/', no NUL, no control characters, not . or .., at most 255 bytes. */
+export function validateFilename(name: unknown, field = 'filename'): string {
+  if (typeof name !== 'string' || name.length === 0) throw new RunnerError('invalid', `${field}: must be a non-empty string`);
+  if (Buffer.byteLength(name) > 255) throw new RunnerError('invalid', `${field}: longer than 255 bytes`);
+  if (name === '.' || name === '..') throw new RunnerError('invalid', `${field}: must not be . or ..`);
+  if (name.includes('/')) throw new RunnerError('invalid', `${field}: must be a plain name without '/' (no paths, no traversal)`);
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u001f\u007f]/.test(name)) throw new RunnerError('invalid', `${field}: must not contain NUL or control characters`);
+  return name;
+}
+
+const RO = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+function errnoToRunner(e: unknown, field: string): RunnerError {
+  const code = (e as NodeJS.ErrnoException).code;
+  if (code === 'ENOSPC') return new RunnerError('no_space', 'capsule tmpfs is full');
+  if (code === 'ELOOP') return new RunnerError('invalid', `${field}: is a symbolic link; refused`);
+  if (code === 'ENOENT') return new RunnerError('not_found', `${field}: no such file`);
+  if (code === 'ENXIO' || code === 'EISDIR') return new RunnerError('invalid', `${field}: not a regular file; refused`);
+  return new RunnerError('internal', `${field}: ${code ?? 'I/O error'}`);
+}
+
+/**
+ * Writes bytes to dir/name as a new regular file owned by uid, replacing a
+ * previous regular file of that name. Returns its entry.
+ */
+export function writeFileInto(dir: string, name: string, bytes: Uint8Array, uid: number, field = 'filename'): FileEntry {
+  const path = join(dir, name);
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o644);
+  } catch (e) {
+    throw errnoToRunner(e, field);
+  }
+  let complete = false;
+  try {
+    if (!fstatSync(fd).isFile()) throw new RunnerError('invalid', `${field}: exists and is not a regular file; refused`);
+    // Truncate only after the type check (O_TRUNC on open would touch whatever it is).
+    ftruncateSync(fd, 0);
+    let off = 0;
+    while (off < bytes.byteLength) off += writeSync(fd, bytes, off, bytes.byteLength - off, off);
+    fchownSync(fd, uid, uid);
+    complete = true;
+  } catch (e) {
+    throw e instanceof RunnerError ? e : errnoToRunner(e, field);
+  } finally {
+    closeSync(fd);
+    if (!complete) {
+      try {
+        // Never leave half-written state; only unlink what we created as a regular file.
+        const fd2 = openSync(path, RO);
+        const isFile = fstatSync(fd2).isFile();
+        closeSync(fd2);
+        if (isFile) unlinkSync(path);
+      } catch {
+        /* nothing to remove */
+      }
+    }
+  }
+  return { filename: name, size_bytes: bytes.byteLength, sha512: `sha512:${createHash('sha512').update(bytes).digest('hex')}` };
+}
+
+interface OpenedRegular { fd: number; size: number }
+
+function openRegular(path: string, field: string): OpenedRegular {
+  let fd: number;
+  try {
+    fd = openSync(path, RO);
+  } catch (e) {
+    throw errnoToRunner(e, field);
+  }
+  const st = fstatSync(fd);
+  if (!st.isFile()) {
+    closeSync(fd);
+    throw new RunnerError('invalid', `${field}: not a regular file; refused`);
+  }
+  return { fd, size: st.size };
+}
+
+function hashFd(fd: number, size: number): string {
+  const h = createHash('sha512');
+  const buf = Buffer.allocUnsafe(Math.min(1024 * 1024, Math.max(size, 1)));
+  let pos = 0;
+  for (;;) {
+    const n = readSync(fd, buf, 0, buf.length, pos);
+    if (n === 0) break;
+    h.update(buf.subarray(0, n));
+    pos += n;
+  }
+  buf.fill(0);
+  return `sha512:${h.digest('hex')}`;
+}
+
+/** Regular files directly in dir, with size and sha512; anything else is skipped, never followed. */
+export function listRegular(dir: string): FileEntry[] {
+  const out: FileEntry[] = [];
+  let names: string[];
+  try {
+    names = readdirSync(dir, { withFileTypes: true }).filter((d) => d.isFile()).map((d) => d.name).sort();
+  } catch {
+    return [];
+  }
+  for (const name of names) {
+    let f: OpenedRegular;
+    try {
+      f = openRegular(join(dir, name), 'filename');
+    } catch {
+      continue; // replaced by a symlink/FIFO since readdir: skip it
+    }
+    try {
+      out.push({ filename: name, size_bytes: f.size, sha512: hashFd(f.fd, f.size) });
+    } finally {
+      closeSync(f.fd);
+    }
+  }
+  return out;
+}
+
+/** Reads one regular file directly in dir, bounded by maxBytes. */
+export function readRegular(dir: string, name: string, maxBytes: number): { entry: FileEntry; bytes: Buffer } {
+  const f = openRegular(join(dir, name), 'filename');
+  try {
+    if (f.size > maxBytes) throw new RunnerError('too_large', `filename: ${f.size} bytes exceeds the read bound of ${maxBytes}`);
+    const bytes = Buffer.alloc(f.size);
+    let pos = 0;
+    while (pos < f.size) {
+      const n = readSync(f.fd, bytes, pos, f.size - pos, pos);
+      if (n === 0) break;
+      pos += n;
+    }
+    const data = bytes.subarray(0, pos);
+    return { entry: { filename: name, size_bytes: pos, sha512: `sha512:${createHash('sha512').update(data).digest('hex')}` }, bytes: data };
+  } finally {
+    closeSync(f.fd);
+  }
+}

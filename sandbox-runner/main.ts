@@ -1,0 +1,87 @@
+// Sandbox runner process entry. Reads its configuration once, refuses to
+// start without root, bubblewrap or with swap on, recovers capsules left by
+// a crash, then serves the runner protocol on a 0600 Unix socket.
+// Prints "ready <socket>" on stdout once it accepts connections.
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { RUNNER_PROTOCOL_VERSION } from '../shared/runner-protocol.js';
+import { CgroupError, CgroupManager } from './cgroup.js';
+import { CapsuleManager } from './capsule.js';
+import { systemClock, systemRandom } from './clock.js';
+import { ConfigError, loadConfig, type RunnerConfig } from './config.js';
+import { bwrapVersion, hostFacts, nsInodes, swapActive } from './host.js';
+import { recoverCapsules } from './recovery.js';
+import { compilePolicy, loadPolicy, PolicyError } from './seccomp.js';
+import { startServer } from './server.js';
+import { UidPool } from './uids.js';
+
+function fail(msg: string): never {
+  process.stderr.write(`capsule-runner: ${msg}\n`);
+  process.exit(1);
+}
+
+async function main(): Promise<void> {
+  let config: RunnerConfig;
+  try {
+    config = loadConfig(process.env, process.argv.slice(2));
+  } catch (e) {
+    if (e instanceof ConfigError) fail(`bad configuration: ${e.message}`);
+    throw e;
+  }
+  if (typeof process.getuid !== 'function' || process.getuid() !== 0) fail('must run as root (it creates tmpfs mounts, cgroups and per-capsule uids)');
+  const bwrap = bwrapVersion();
+  if (!bwrap) fail('bubblewrap (bwrap) not found on PATH; install the Debian package "bubblewrap"');
+  if (swapActive()) {
+    if (!config.allowSwapForTests) fail('swap is active: capsule memory could reach disk; disable swap (swapoff -a) on capsule nodes');
+    process.stderr.write('capsule-runner: WARNING swap is active; allowed by allow_swap_for_tests, reported in host facts\n');
+  }
+  let seccompPath: string;
+  try {
+    mkdirSync(config.stateDir, { recursive: true, mode: 0o711 });
+    // Capsule uids must traverse (not list) the path to their tmpfs to bind it.
+    chmodSync(config.stateDir, 0o711);
+    seccompPath = join(config.stateDir, 'seccomp.bpf');
+    writeFileSync(seccompPath, compilePolicy(loadPolicy(config.seccompPolicyPath)), { mode: 0o600 });
+  } catch (e) {
+    if (e instanceof PolicyError) fail(`seccomp policy ${config.seccompPolicyPath}: ${e.message}`);
+    fail(`cannot prepare state dir ${config.stateDir}: ${(e as Error).message}`);
+  }
+  let cgroups: CgroupManager;
+  try {
+    cgroups = CgroupManager.open(config.cgroupName);
+  } catch (e) {
+    fail(`cgroups: ${e instanceof CgroupError ? e.message : (e as Error).message}`);
+  }
+  const lost = await recoverCapsules(config.stateDir, cgroups, systemClock, systemRandom);
+  const facts = hostFacts(cgroups.mode, bwrap);
+  const manager = new CapsuleManager({
+    config,
+    cgroups,
+    uids: new UidPool(config.uidBase, config.uidCount),
+    clock: systemClock,
+    random: systemRandom,
+    host: facts,
+    hostNamespaces: nsInodes('self'),
+    seccompPath,
+  });
+  const server = await startServer(config.socketPath, {
+    manager,
+    maxBodyBytes: Math.max(config.bounds.maxUploadBytes, config.bounds.maxReadBytes),
+    hello: () => ({ protocol_version: RUNNER_PROTOCOL_VERSION, host: { ...facts, swap_active: swapActive() }, lost }),
+  });
+  let stopping = false;
+  const stop = (): void => {
+    if (stopping) return;
+    stopping = true;
+    server.close();
+    void manager.shutdown().finally(() => {
+      cgroups.removeSubtree();
+      process.exit(0);
+    });
+  };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  process.stdout.write(`ready ${config.socketPath}\n`);
+}
+
+main().catch((e: unknown) => fail(`start failed: ${(e as Error).message}`));

@@ -1,0 +1,121 @@
+// Builds the command line of one sandboxed exec (isolation layers 1-4 and 6):
+//
+//   /bin/sh -c '<join cgroups>; exec "$@"'  (root, host: enters the capsule cgroups before anything forks)
+//     setpriv --reuid U --regid U --clear-groups ...   (drop to the capsule's unprivileged host uid)
+//       bwrap --unshare-{user,ipc,pid,uts,net,cgroup-try} ... --seccomp 3 --info-fd 4
+//         /bin/sh -c <command>                          (uid 1000 inside, no capabilities)
+//
+// fd 3 carries the compiled seccomp program, fd 4 receives bwrap's
+// {"child-pid": N} so the runner can observe the capsule's namespaces.
+import { lstatSync, readlinkSync } from 'node:fs';
+import { join } from 'node:path';
+
+export const INSIDE_UID = 1000;
+export const INSIDE_GID = 1000;
+export const SECCOMP_FD = 3;
+export const INFO_FD = 4;
+/** Present only on observed execs: bwrap waits here, sandbox fully set up, until the runner has looked. */
+export const BLOCK_FD = 5;
+
+/** /etc entries a workload needs (dynamic loader, TLS roots, alternatives links, time zone). */
+const ETC_SUBSET = [
+  'ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'alternatives', 'ssl', 'ca-certificates',
+  'ca-certificates.conf', 'localtime', 'nsswitch.conf', 'host.conf', 'gai.conf', 'mime.types',
+  'python3', 'python3.11',
+];
+
+export interface SandboxSpec {
+  /** Host directory of the capsule's tmpfs. */
+  tmpfsDir: string;
+  /** Read-only base image root ("/" = the host system prefix). */
+  imageRoot: string;
+  hostUid: number;
+  hostname: string;
+  hasApp: boolean;
+  env: Record<string, string>;
+  cgroupProcsFiles: string[];
+  command: string;
+  /** Hold the sandbox on BLOCK_FD before the command starts (observation). */
+  block?: boolean;
+  /** Egress: enter this network namespace instead of unsharing one (see egress.ts). */
+  netnsPath?: string | null;
+}
+
+/** bwrap mount arguments for the top-level entries of the image root (/usr, /bin, /lib...). */
+function imageArgs(root: string): string[] {
+  const args: string[] = ['--ro-bind', join(root, 'usr'), '/usr'];
+  for (const top of ['bin', 'sbin', 'lib', 'lib64', 'lib32', 'libx32']) {
+    const p = join(root, top);
+    let st;
+    try {
+      st = lstatSync(p);
+    } catch {
+      continue;
+    }
+    if (st.isSymbolicLink()) args.push('--symlink', readlinkSync(p), `/${top}`);
+    else if (st.isDirectory()) args.push('--ro-bind', p, `/${top}`);
+  }
+  args.push('--dir', '/etc');
+  for (const e of ETC_SUBSET) args.push('--ro-bind-try', join(root, 'etc', e), `/etc/${e}`);
+  return args;
+}
+
+const imageArgsCache = new Map<string, string[]>();
+
+export function buildExecArgv(s: SandboxSpec): { file: string; args: string[] } {
+  let img = imageArgsCache.get(s.imageRoot);
+  if (!img) {
+    img = imageArgs(s.imageRoot);
+    imageArgsCache.set(s.imageRoot, img);
+  }
+  const sys = join(s.tmpfsDir, '.sys');
+  const bwrap = [
+    'bwrap',
+    '--unshare-user', '--unshare-ipc', '--unshare-pid', '--unshare-uts', '--unshare-cgroup-try',
+    ...(s.netnsPath ? [] : ['--unshare-net']),
+    '--disable-userns',
+    '--uid', String(INSIDE_UID), '--gid', String(INSIDE_GID),
+    '--hostname', s.hostname,
+    '--die-with-parent', '--new-session', '--cap-drop', 'ALL',
+    ...img,
+    '--ro-bind', join(sys, 'passwd'), '/etc/passwd',
+    '--ro-bind', join(sys, 'group'), '/etc/group',
+    '--ro-bind', join(sys, 'hosts'), '/etc/hosts',
+    '--ro-bind', join(sys, 'hostname'), '/etc/hostname',
+    '--proc', '/proc',
+    '--dev', '/dev',
+    '--bind', join(s.tmpfsDir, 'input'), '/data/input',
+    '--bind', join(s.tmpfsDir, 'output'), '/data/output',
+    '--bind', join(s.tmpfsDir, 'tmp'), '/tmp',
+    ...(s.hasApp ? ['--ro-bind', join(s.tmpfsDir, 'app'), '/capsule/app'] : []),
+    '--remount-ro', '/',
+    '--chdir', '/data',
+    '--clearenv',
+    ...Object.entries(s.env).flatMap(([k, v]) => ['--setenv', k, v]),
+    '--seccomp', String(SECCOMP_FD),
+    '--info-fd', String(INFO_FD),
+    ...(s.block ? ['--block-fd', String(BLOCK_FD)] : []),
+    '--', '/bin/sh', '-c', s.command,
+  ];
+  const setpriv = [
+    'setpriv', `--reuid=${s.hostUid}`, `--regid=${s.hostUid}`, '--clear-groups',
+    '--inh-caps=-all', '--nnp',
+  ];
+  const inner = s.netnsPath ? ['nsenter', `--net=${s.netnsPath}`, '--', ...setpriv, ...bwrap] : [...setpriv, ...bwrap];
+  // Join every cgroup of the capsule first: children inherit it, so nothing escapes accounting.
+  const script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"';
+  return { file: '/bin/sh', args: ['-c', script, 'capsule-exec', String(s.cgroupProcsFiles.length), ...s.cgroupProcsFiles, ...inner] };
+}
+
+/** Base environment of every exec; capsule and exec env are layered over it. */
+export function baseEnv(hostname: string): Record<string, string> {
+  return {
+    PATH: '/usr/local/bin:/usr/bin:/bin',
+    HOME: '/tmp',
+    TMPDIR: '/tmp',
+    USER: 'capsule',
+    LOGNAME: 'capsule',
+    LANG: 'C.UTF-8',
+    HOSTNAME: hostname,
+  };
+}

@@ -1,0 +1,110 @@
+// Frame codec of the runner protocol. A frame is
+//   u32 BE header length | u32 BE body length | header (UTF-8 JSON object) | body (raw bytes)
+// Sizes are bounded on both sides; a decoder that meets an oversized or
+// garbled frame reports it instead of throwing, so a bad peer never crashes us.
+
+export const FRAME_PREFIX_BYTES = 8;
+
+export interface FrameLimits {
+  maxHeaderBytes: number;
+  maxBodyBytes: number;
+}
+
+export const DEFAULT_FRAME_LIMITS: FrameLimits = {
+  maxHeaderBytes: 4 * 1024 * 1024,
+  maxBodyBytes: 128 * 1024 * 1024,
+};
+
+export interface Frame {
+  header: Record<string, unknown>;
+  body: Buffer;
+}
+
+export class FrameError extends Error {
+  /** fatal: the byte stream cannot be resynchronized; the connection must close. */
+  readonly fatal: boolean;
+  constructor(message: string, fatal: boolean) {
+    super(message);
+    this.name = 'FrameError';
+    this.fatal = fatal;
+  }
+}
+
+/** Encodes one frame; throws FrameError when it would exceed the limits. */
+export function encodeFrame(header: Record<string, unknown>, body: Uint8Array | null, limits: FrameLimits = DEFAULT_FRAME_LIMITS): Buffer {
+  const h = Buffer.from(JSON.stringify(header), 'utf8');
+  const bodyLen = body ? body.byteLength : 0;
+  if (h.length > limits.maxHeaderBytes) throw new FrameError(`frame header of ${h.length} bytes exceeds ${limits.maxHeaderBytes}`, false);
+  if (bodyLen > limits.maxBodyBytes) throw new FrameError(`frame body of ${bodyLen} bytes exceeds ${limits.maxBodyBytes}`, false);
+  const prefix = Buffer.allocUnsafe(FRAME_PREFIX_BYTES);
+  prefix.writeUInt32BE(h.length, 0);
+  prefix.writeUInt32BE(bodyLen, 4);
+  return body && bodyLen > 0 ? Buffer.concat([prefix, h, body]) : Buffer.concat([prefix, h]);
+}
+
+export type DecodeEvent = { kind: 'frame'; frame: Frame } | { kind: 'error'; error: FrameError };
+
+/**
+ * Incremental decoder: push() chunks as they arrive, get complete frames or
+ * errors back. After a fatal error it refuses further input.
+ */
+export class FrameDecoder {
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  private dead = false;
+  constructor(private readonly limits: FrameLimits = DEFAULT_FRAME_LIMITS) {}
+
+  push(chunk: Buffer): DecodeEvent[] {
+    if (this.dead) return [];
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    const out: DecodeEvent[] = [];
+    for (;;) {
+      if (this.buffered < FRAME_PREFIX_BYTES) break;
+      const prefix = this.peek(FRAME_PREFIX_BYTES);
+      const hLen = prefix.readUInt32BE(0);
+      const bLen = prefix.readUInt32BE(4);
+      if (hLen === 0 || hLen > this.limits.maxHeaderBytes || bLen > this.limits.maxBodyBytes) {
+        this.dead = true;
+        this.chunks = [];
+        this.buffered = 0;
+        out.push({ kind: 'error', error: new FrameError(`frame of header ${hLen} / body ${bLen} bytes is out of bounds`, true) });
+        break;
+      }
+      const total = FRAME_PREFIX_BYTES + hLen + bLen;
+      if (this.buffered < total) break;
+      const all = this.take(total);
+      const hBytes = all.subarray(FRAME_PREFIX_BYTES, FRAME_PREFIX_BYTES + hLen);
+      const body = all.subarray(FRAME_PREFIX_BYTES + hLen);
+      let header: unknown;
+      try {
+        header = JSON.parse(hBytes.toString('utf8'));
+      } catch {
+        out.push({ kind: 'error', error: new FrameError('frame header is not JSON', false) });
+        continue;
+      }
+      if (typeof header !== 'object' || header === null || Array.isArray(header)) {
+        out.push({ kind: 'error', error: new FrameError('frame header is not a JSON object', false) });
+        continue;
+      }
+      out.push({ kind: 'frame', frame: { header: header as Record<string, unknown>, body } });
+    }
+    return out;
+  }
+
+  private peek(n: number): Buffer {
+    if (this.chunks[0] && this.chunks[0].length >= n) return this.chunks[0].subarray(0, n);
+    const joined = Buffer.concat(this.chunks);
+    this.chunks = [joined];
+    return joined.subarray(0, n);
+  }
+
+  private take(n: number): Buffer {
+    const joined = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
+    const out = joined.subarray(0, n);
+    const rest = joined.subarray(n);
+    this.chunks = rest.length > 0 ? [rest] : [];
+    this.buffered = rest.length;
+    return out;
+  }
+}

@@ -1,0 +1,63 @@
+// Hash and signature primitives behind one small interface, so that the
+// verifier runs on @noble (isomorphic, audited) by default and Node callers
+// may pass a faster provider (shared/node/crypto-node.ts). Both must give the
+// same verdict on every vector.
+import * as ed from '@noble/ed25519';
+import { sha512 as nobleSha512 } from '@noble/hashes/sha2.js';
+import { toHex, utf8 } from './encoding.js';
+
+// noble's synchronous API needs its SHA-512 wired once.
+ed.hashes.sha512 = nobleSha512;
+
+/** Hash and signature primitives; default is @noble (isomorphic). */
+export interface CryptoProvider {
+  sha512(data: Uint8Array): Uint8Array;
+  ed25519Verify(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
+  /** Optional fast path: lower-case hex SHA-512 of the UTF-8 of `text`. */
+  sha512Utf8Hex?(text: string): string;
+}
+
+/** The provider with both primitives filled in, as the proof code uses it. */
+export interface Hasher {
+  sha512(data: Uint8Array): Uint8Array;
+  sha512Utf8Hex(text: string): string;
+  ed25519Verify(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
+}
+
+export const nobleCrypto: CryptoProvider = {
+  sha512: (data) => nobleSha512(data),
+  ed25519Verify(signature, message, publicKey) {
+    // RFC 8032 strict branch (zip215: false): the same acceptance rule as
+    // OpenSSL, so both providers agree. A malformed point is a plain "no".
+    try {
+      return ed.verify(signature, message, publicKey, { zip215: false });
+    } catch {
+      return false;
+    }
+  },
+};
+
+const cache = new WeakMap<CryptoProvider, Hasher>();
+
+export function hasher(provider: CryptoProvider = nobleCrypto): Hasher {
+  let h = cache.get(provider);
+  if (!h) {
+    const fast = provider.sha512Utf8Hex?.bind(provider);
+    h = {
+      sha512: (d) => provider.sha512(d),
+      sha512Utf8Hex: fast ?? ((t) => toHex(provider.sha512(utf8(t)))),
+      ed25519Verify: (s, m, k) => provider.ed25519Verify(s, m, k),
+    };
+    cache.set(provider, h);
+  }
+  return h;
+}
+
+/** Ed25519 signing for the emitter (noble; the private key never leaves this call). */
+export function ed25519Sign(message: Uint8Array, privateKey: Uint8Array): Uint8Array {
+  return ed.sign(message, privateKey);
+}
+
+export function ed25519PublicKey(privateKey: Uint8Array): Uint8Array {
+  return ed.getPublicKey(privateKey);
+}

@@ -1,0 +1,174 @@
+// Emitting the AuditRecord: the 8-step chain over the runner's evidence, the
+// activity root, canonical_hash and one Ed25519 signature. An ephemeral
+// private key is zeroized right after that one signature (also on failure).
+import type { ActivityEvent, AuditRecord, CapsuleContext, ChainStep, RegulatoryContext, Termination } from './types.js';
+import { ed25519PublicKey, ed25519Sign, hasher, type Hasher } from './crypto.js';
+import { chainHashes, STEP_COUNT, STEPS } from './chain.js';
+import { canonicalHashOfJcs, canonicalViewJcs } from './canonical.js';
+import { canonicalize } from './jcs.js';
+import { activityRootOfCanonical } from './merkle.js';
+import { bytesEqual, toBase64 } from './encoding.js';
+import { ephemeralKeyId, partialKeyId, type SigningKeyMaterial } from './keys.js';
+
+export const EMITTED_CDP_VERSION = '2.1';
+
+export interface RecordInput {
+  capsule_id: string;
+  created_at: string;
+  destroyed_at: string;
+  /** Evidence objects for steps 1..8, index = step - 1. */
+  evidence: Record<string, unknown>[];
+  activity: ActivityEvent[];
+  capsule_context?: CapsuleContext;
+  termination?: Termination;
+  regulatory_context?: RegulatoryContext;
+  internal?: Record<string, unknown>;
+}
+
+export interface PartialRecordInput {
+  capsule_id: string;
+  created_at: string;
+  reason: string;
+  activity: ActivityEvent[];
+  capsule_context?: CapsuleContext;
+  termination?: Termination;
+  internal?: Record<string, unknown>;
+}
+
+/**
+ * The component_proofs rule: a step among 1..6 is listed when its evidence
+ * object says `performed: true`, i.e. the step ran its operation and measured
+ * the result (namespace inodes read, mount table read, bytes overwritten, ...).
+ * Evidence without it (skipped, not applicable, could not be measured) is not
+ * listed. The value is that step's evidence hash, re-computable from the
+ * record's `evidence` member.
+ */
+export function performedVerifiableOperation(evidence: Record<string, unknown>): boolean {
+  return evidence['performed'] === true;
+}
+
+function evidenceHash(h: Hasher, evidence: Record<string, unknown>): string {
+  return 'sha512:' + h.sha512Utf8Hex(canonicalize(evidence));
+}
+
+function activityRootOf(h: Hasher, activity: ActivityEvent[]): string {
+  return activityRootOfCanonical(h, activity.map((e) => canonicalize(e)));
+}
+
+/** Signs the view's canonical hash, fills the attestation, zeroizes an ephemeral key. */
+function seal(h: Hasher, doc: Record<string, unknown>, key: SigningKeyMaterial, keyId: string): string {
+  const ephemeral = key.mode === 'ephemeral';
+  const privateKey = ephemeral ? key.key.privateKey : key.privateKey;
+  const publicKey = ephemeral ? key.key.publicKey : key.publicKey;
+  try {
+    if (privateKey.length !== 32 || privateKey.every((b) => b === 0)) {
+      throw new RangeError('signing key: private key missing or already zeroized');
+    }
+    if (!bytesEqual(ed25519PublicKey(privateKey), publicKey)) {
+      throw new RangeError('signing key: public key does not belong to the private key');
+    }
+    doc['attestation'] = { algorithm: 'Ed25519', public_key: 'base64:' + toBase64(publicKey), key_id: keyId };
+    const canonical = canonicalHashOfJcs(h, canonicalViewJcs(doc));
+    const message = new TextEncoder().encode(canonical.slice('sha512:'.length));
+    const signature = ed25519Sign(message, privateKey);
+    (doc['attestation'] as Record<string, string>)['signature'] = 'base64:' + toBase64(signature);
+    return canonical;
+  } finally {
+    if (ephemeral) privateKey.fill(0);
+  }
+}
+
+function managedMembers(key: SigningKeyMaterial): Record<string, unknown> {
+  return key.mode === 'managed'
+    ? { signing_authority_id: key.signing_authority_id, signing_key_version: key.signing_key_version }
+    : {};
+}
+
+/** Runs an emission; an ephemeral private key is zeroized however it ends. */
+function zeroizingOnExit<T>(key: SigningKeyMaterial, f: () => T): T {
+  try {
+    return f();
+  } finally {
+    if (key.mode === 'ephemeral') key.key.privateKey.fill(0);
+  }
+}
+
+export function emitRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
+  return zeroizingOnExit(key, () => buildRecord(input, key));
+}
+
+export function emitPartialRecord(input: PartialRecordInput, key: SigningKeyMaterial): AuditRecord {
+  return zeroizingOnExit(key, () => buildPartialRecord(input, key));
+}
+
+function buildRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
+  const h = hasher();
+  if (!Array.isArray(input.evidence) || input.evidence.length !== STEP_COUNT) {
+    throw new RangeError(`emitRecord: evidence must hold ${STEP_COUNT} objects (index = step - 1)`);
+  }
+  const hashes = chainHashes(h, input.destroyed_at);
+  const evidenceHashes = input.evidence.map((e) => evidenceHash(h, e));
+  const chain: ChainStep[] = STEPS.map((def, i) => ({
+    step: def.step,
+    subsystem: def.subsystem,
+    operation: def.operation,
+    evidence_hash: evidenceHashes[i]!,
+    chain_hash: 'sha512:' + hashes[i]!,
+  }));
+  const componentProofs: Record<string, string> = {};
+  STEPS.forEach((def, i) => {
+    if (def.component !== undefined && performedVerifiableOperation(input.evidence[i]!)) {
+      componentProofs[def.component] = evidenceHashes[i]!;
+    }
+  });
+  const keyId = key.mode === 'managed' ? key.key_id : ephemeralKeyId(input.destroyed_at, input.capsule_id);
+  const doc: Record<string, unknown> = {
+    cdp_version: EMITTED_CDP_VERSION,
+    capsule_id: input.capsule_id,
+    created_at: input.created_at,
+    destroyed_at: input.destroyed_at,
+    chain,
+    final_hash: chain[STEP_COUNT - 1]!.chain_hash,
+    capsule_context: input.capsule_context,
+    termination: input.termination,
+    regulatory_context: input.regulatory_context,
+    component_proofs: componentProofs,
+    activity_root: activityRootOf(h, input.activity),
+    ...managedMembers(key),
+  };
+  dropUndefined(doc);
+  const canonical = seal(h, doc, key, keyId);
+  doc['canonical_hash'] = canonical;
+  doc['activity'] = input.activity;
+  doc['evidence'] = input.evidence;
+  if (input.internal !== undefined) doc['internal'] = input.internal;
+  return doc as unknown as AuditRecord;
+}
+
+function buildPartialRecord(input: PartialRecordInput, key: SigningKeyMaterial): AuditRecord {
+  const h = hasher();
+  const keyId = key.mode === 'managed' ? key.key_id : partialKeyId(input.capsule_id);
+  const doc: Record<string, unknown> = {
+    cdp_version: EMITTED_CDP_VERSION,
+    capsule_id: input.capsule_id,
+    created_at: input.created_at,
+    completeness: 'partial',
+    reason: input.reason,
+    chain: [],
+    capsule_context: input.capsule_context,
+    termination: input.termination,
+    activity_root: activityRootOf(h, input.activity),
+    ...managedMembers(key),
+  };
+  dropUndefined(doc);
+  const canonical = seal(h, doc, key, keyId);
+  doc['canonical_hash'] = canonical;
+  doc['activity'] = input.activity;
+  doc['evidence'] = [];
+  if (input.internal !== undefined) doc['internal'] = input.internal;
+  return doc as unknown as AuditRecord;
+}
+
+function dropUndefined(doc: Record<string, unknown>): void {
+  for (const k of Object.keys(doc)) if (doc[k] === undefined) delete doc[k];
+}

@@ -1,0 +1,134 @@
+// Spawns the real sandbox runner (dist/sandbox-runner/main.js) on a temp
+// socket with its own state dir, cgroup subtree and a uid block reserved
+// across concurrently running tests (mkdir lock under /tmp), and returns a
+// RunnerClient connected to it. Must run as root.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { createHash, randomInt } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { RunnerClient } from '../../shared/node/runner-client.js';
+
+export const RUNNER_MAIN = fileURLToPath(new URL('../../sandbox-runner/main.js', import.meta.url));
+
+export interface StartRunnerOptions {
+  /** Extra --key=value options (e.g. { tmpfs_mb: '16' }). */
+  options?: Record<string, string>;
+  /** Reuse a state dir (recovery tests); default: a fresh temp dir. */
+  stateDir?: string;
+  /** Reuse a uid block (recovery tests restart a runner on the same range). */
+  uidBlock?: UidBlock;
+  uidCount?: number;
+}
+
+export interface UidBlock {
+  base: number;
+  count: number;
+  release(): void;
+}
+
+export interface StartedRunner {
+  client: RunnerClient;
+  socketPath: string;
+  stateDir: string;
+  uidBlock: UidBlock;
+  process: ChildProcess;
+  /** stderr of the runner so far. */
+  stderr(): string;
+  /** SIGTERM (graceful: destroys capsules), wait for exit, clean up temp state. */
+  stop(): Promise<void>;
+  /** SIGKILL without cleanup (crash simulation); keeps state dir and uid block. */
+  kill(): Promise<void>;
+}
+
+const LOCK_ROOT = '/tmp/capsule-uid-blocks';
+const BLOCK = 1024;
+
+/** Reserves a random, non-overlapping block of host uids (atomic mkdir lock). */
+export function reserveUidBlock(count = 256): UidBlock {
+  mkdirSync(LOCK_ROOT, { recursive: true });
+  for (let attempt = 0; attempt < 1000; attempt++) {
+    const index = randomInt(100, 50000); // uids 102400 .. ~51M, far from system/user ranges
+    const lock = join(LOCK_ROOT, String(index));
+    try {
+      mkdirSync(lock);
+    } catch {
+      continue;
+    }
+    return { base: index * BLOCK, count: Math.min(count, BLOCK), release: () => rmSync(lock, { recursive: true, force: true }) };
+  }
+  throw new Error('no free uid block');
+}
+
+/** Unmounts anything left mounted below dir (a crashed runner's tmpfs), then removes it. */
+export function removeStateDir(dir: string): void {
+  const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((m) => m.startsWith(`${dir}/`))
+    .sort()
+    .reverse();
+  for (const m of mounts) spawnSync('umount', ['-l', m]);
+  rmSync(dir, { recursive: true, force: true });
+}
+
+export async function startRunner(opts: StartRunnerOptions = {}): Promise<StartedRunner> {
+  const stateDir = opts.stateDir ?? mkdtempSync(join(tmpdir(), 'capsule-runner-'));
+  const uidBlock = opts.uidBlock ?? reserveUidBlock(opts.uidCount);
+  const socketPath = join(stateDir, 'runner.sock');
+  const args = [
+    RUNNER_MAIN,
+    `--state_dir=${stateDir}`,
+    `--socket=${socketPath}`,
+    `--uid_base=${uidBlock.base}`,
+    `--uid_count=${uidBlock.count}`,
+    // Stable per state dir, so a restarted runner (recovery tests) finds its old groups.
+    `--cgroup_name=capsule-test-${createHash('sha256').update(stateDir).digest('hex').slice(0, 16)}`,
+    ...Object.entries(opts.options ?? {}).map(([k, v]) => `--${k}=${v}`),
+  ];
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin' } });
+  let err = '';
+  child.stderr!.on('data', (b: Buffer) => {
+    err += b.toString();
+  });
+  await new Promise<void>((resolve, reject) => {
+    let out = '';
+    const onExit = (code: number | null): void => reject(new Error(`runner exited (${code}) before ready: ${err.trim()}`));
+    child.once('exit', onExit);
+    child.stdout!.on('data', (b: Buffer) => {
+      out += b.toString();
+      if (out.includes('ready ')) {
+        child.off('exit', onExit);
+        resolve();
+      }
+    });
+  });
+  const client = new RunnerClient(socketPath);
+  const exited = new Promise<void>((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) resolve();
+    else child.once('exit', () => resolve());
+  });
+  return {
+    client,
+    socketPath,
+    stateDir,
+    uidBlock,
+    process: child,
+    stderr: () => err,
+    async stop() {
+      await client.close();
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 20000);
+      await exited;
+      clearTimeout(timer);
+      if (!opts.stateDir) removeStateDir(stateDir);
+      if (!opts.uidBlock) uidBlock.release();
+    },
+    async kill() {
+      await client.close();
+      child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
