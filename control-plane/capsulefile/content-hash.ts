@@ -6,7 +6,7 @@
 import { sha512 } from '@noble/hashes/sha2.js';
 import { bytesToHex, utf8ToBytes } from '@noble/hashes/utils.js';
 import { invalid } from '../../shared/errors.js';
-import { canonicalize } from './jcs.js';
+import { canonicalize } from '../../shared/proof/index.js';
 import { filenameProblem, fileSizeProblem } from './filename.js';
 import { FILES_MAX, FILES_TOTAL_MAX_BYTES } from './limits.js';
 import { DEFINITION_FIELDS, parseDefinition, type CapsulefileDefinition } from './schema.js';

@@ -164,12 +164,36 @@ export function firstProblem(error: z.ZodError, input: unknown): SchemaProblem {
 
 export const fieldName = (path: readonly (string | number)[], root = 'body'): string => (path.length ? path.map(String).join('.') : root);
 
+/** Path of the first string (value or key) holding a lone surrogate, which UTF-8 and I-JSON cannot carry; null if none. */
+export function loneSurrogatePath(value: unknown, path: (string | number)[] = []): (string | number)[] | null {
+  if (typeof value === 'string') return /\p{Cs}/u.test(value) ? path : null;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const p = loneSurrogatePath(value[i], [...path, i]);
+      if (p) return p;
+    }
+  } else if (value !== null && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      if (/\p{Cs}/u.test(k)) return [...path, k];
+      const p = loneSurrogatePath(v, [...path, k]);
+      if (p) return p;
+    }
+  }
+  return null;
+}
+
+export const NOT_WELL_FORMED = 'must be well-formed Unicode (no lone surrogates)';
+
 /** Validates an API body; throws invalid_parameters naming the field. */
 export function parseDefinition(value: unknown): CapsulefileDefinition {
   const r = capsulefileDefinitionSchema.safeParse(value);
-  if (r.success) return r.data;
-  const p = firstProblem(r.error, value);
-  throw invalid(fieldName(p.path), p.why);
+  if (!r.success) {
+    const p = firstProblem(r.error, value);
+    throw invalid(fieldName(p.path), p.why);
+  }
+  const bad = loneSurrogatePath(r.data);
+  if (bad) throw invalid(fieldName(bad), NOT_WELL_FORMED);
+  return r.data;
 }
 
 const REQUIRED_FIELDS: readonly string[] = ['name', 'runtime', 'entrypoint'];

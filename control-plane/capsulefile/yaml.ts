@@ -7,7 +7,7 @@ import { LineCounter, isAlias, isMap, isPair, isScalar, isSeq, parseDocument, ty
 import { ApiError } from '../../shared/errors.js';
 import { filenameProblem } from './filename.js';
 import { FILES_MAX, YAML_MAX_BYTES } from './limits.js';
-import { API_ONLY_FIELDS, fieldName, firstProblem, yamlDefinitionSchema, type CapsulefileDefinition } from './schema.js';
+import { API_ONLY_FIELDS, NOT_WELL_FORMED, fieldName, firstProblem, loneSurrogatePath, yamlDefinitionSchema, type CapsulefileDefinition } from './schema.js';
 
 export const CAPSULEFILE_YAML = 'Capsulefile.yaml';
 const MAX_DEPTH = 16;
@@ -161,5 +161,7 @@ export function parseCapsulefileYaml(bytes: Uint8Array, source = CAPSULEFILE_YAM
     const p = firstProblem(r.error, definitionFields);
     throw yamlError(lineOf(p.path, p.why === 'unknown field'), fieldName(p.path, source), p.why, source);
   }
+  const lone = loneSurrogatePath(r.data);
+  if (lone) throw yamlError(lineOf(lone), fieldName(lone, source), NOT_WELL_FORMED, source);
   return { definition: r.data, files };
 }

@@ -8,7 +8,7 @@ import {
   type CapsulefileDefinition,
   type CapsulefileFileEntry,
 } from '../../control-plane/capsulefile/index.js';
-import { canonicalize } from '../../control-plane/capsulefile/jcs.js';
+import { canonicalize } from '../../shared/proof/index.js';
 
 const sha = (s: string): string => `sha512:${createHash('sha512').update(s).digest('hex')}`;
 
@@ -108,14 +108,8 @@ t.test('bad file entries are refused naming the entry', async (t) => {
   t.throws(() => contentHash({ ...full, bogus: 1 } as CapsulefileDefinition, files), { message: /^bogus: unknown field/ });
 });
 
-t.test('local JCS follows RFC 8785', async (t) => {
-  // RFC 8785 section 3.2.3 sorting example (keys by UTF-16 code units).
-  const sorted = canonicalize({ '\u20ac': 'Euro Sign', '\r': 'Carriage Return', '\ufb33': 'Hebrew Letter Dalet With Dagesh', '1': 'One', '\ud83d\ude00': 'Emoji: Grinning Face', '\u0080': 'Control', '\u00f6': 'Latin Small Letter O With Diaeresis' });
-  const order = ['"\\r"', '"1"', '"\u0080"', '"\u00f6"', '"\u20ac"', '"\ud83d\ude00"', '"\ufb33"'].map((k) => sorted.indexOf(`${k}:`));
-  t.ok(order.every((p, i) => p >= 0 && (i === 0 || p > (order[i - 1] ?? 0))), `RFC 8785 key order: ${order.join(',')}`);
-  t.equal(canonicalize({ b: [1, 2.5, -0, 1e21, 1e-7], a: 'x\u0001"\\\n\u2028' }), '{"a":"x\\u0001\\"\\\\\\n\u2028","b":[1,2.5,0,1e+21,1e-7]}');
-  t.equal(canonicalize({ a: undefined, b: null, c: true }), '{"b":null,"c":true}');
-  t.throws(() => canonicalize(NaN));
-  t.throws(() => canonicalize('\ud800'));
-  t.throws(() => canonicalize(new Date()));
+t.test('lone surrogates are refused before hashing', async (t) => {
+  t.throws(() => parseDefinition({ name: 'a', runtime: 'b', entrypoint: 'echo \ud800' }), { code: 'invalid_parameters', message: /^entrypoint: must be well-formed Unicode/ });
+  t.throws(() => parseDefinition({ name: 'a', runtime: 'b', entrypoint: 'x', env_vars: { A: 'x\udc00' } }), { message: /^env_vars\.A: must be well-formed/ });
+  t.equal(parseDefinition({ name: 'a', runtime: 'b', entrypoint: 'echo \ud83d\ude00' }).entrypoint, 'echo \u{1F600}', 'a surrogate pair is fine');
 });

@@ -118,6 +118,7 @@ t.test('non-UTF-8, NUL, duplicate keys, multiple documents, nesting, size', asyn
   t.match(failure(`${head}# ${'x'.repeat(300 * 1024)}\n`).message, /larger than/);
   t.match(failure(`${head}{a: 1}: 2\n`).message, /keys must be plain strings/);
   t.match(failure(`${head}bad: [unclosed\n`).message, /YAML syntax error/);
+  t.match(failure(`${head}env_vars: {A: "x\\ud800"}\n`).message, /line 4: env_vars\.A: must be well-formed Unicode/, 'a lone surrogate escape');
 });
 
 t.test('the system Capsulefiles parse', async (t) => {
