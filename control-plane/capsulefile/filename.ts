@@ -1,25 +1,21 @@
-// File names and sizes inside a Capsulefile. A file name is a relative path
-// below /capsule/app; the charset is a portable ASCII subset so that names
-// sort and hash the same everywhere (no Unicode normalization question).
+// File names and sizes inside a Capsulefile. A file name is a plain name
+// (no directories: the runner mounts a flat /capsule/app) in a portable ASCII
+// subset, so that names sort and hash the same everywhere (no Unicode
+// normalization question). Allowing more names later changes no existing hash.
 import { invalid, type ApiError } from '../../shared/errors.js';
-import { FILE_MAX_BYTES, FILE_MIN_BYTES, FILENAME_MAX_CHARS, FILENAME_MAX_DEPTH } from './limits.js';
+import { FILE_MAX_BYTES, FILE_MIN_BYTES, FILENAME_MAX_CHARS } from './limits.js';
 
-const SEGMENT = /^[A-Za-z0-9._-]+$/;
+const NAME = /^[A-Za-z0-9._-]+$/;
 
 /** Why `name` is not an acceptable Capsulefile file name, or null if it is. */
 export function filenameProblem(name: string): string | null {
   if (name.length === 0) return 'must not be empty';
   if (name.length > FILENAME_MAX_CHARS) return `must be at most ${FILENAME_MAX_CHARS} characters`;
   if (name.includes('\0')) return 'must not contain NUL';
-  if (name.startsWith('/')) return 'must be a relative path, not absolute';
-  if (name.includes('\\')) return 'must use "/" as the separator, never "\\"';
-  const segments = name.split('/');
-  if (segments.length > FILENAME_MAX_DEPTH) return `must be at most ${FILENAME_MAX_DEPTH} levels deep`;
-  for (const seg of segments) {
-    if (seg === '') return 'must not contain empty path segments ("//" or a trailing "/")';
-    if (seg === '.' || seg === '..') return 'must not contain "." or ".." segments (path traversal)';
-    if (!SEGMENT.test(seg)) return 'may contain only letters, digits, ".", "_", "-" and "/"';
-  }
+  if (name === '.' || name === '..' || name.split(/[/\\]/).some((seg) => seg === '..' || seg === '.')) return 'must not be or contain "." or ".." (path traversal)';
+  if (name.startsWith('/')) return 'must be a plain file name, not an absolute path';
+  if (name.includes('/') || name.includes('\\')) return 'must be a plain file name without "/" or "\\" (no directories)';
+  if (!NAME.test(name)) return 'may contain only letters, digits, ".", "_" and "-"';
   return null;
 }
 

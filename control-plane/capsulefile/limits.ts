@@ -21,9 +21,8 @@ export const MCP_TOOL_NAME_MAX_CHARS = 128;
 export const TLS_PINS_MAX = 64;
 export const SIGNING_ENDPOINT_MAX_CHARS = 2048;
 
-/** A file path inside the Capsulefile (UTF-8 bytes = characters: the charset is ASCII). */
+/** A file name inside the Capsulefile (UTF-8 bytes = characters: the charset is ASCII). */
 export const FILENAME_MAX_CHARS = 255;
-export const FILENAME_MAX_DEPTH = 16;
 /** 0-byte files are refused (see docs/CAPSULEFILE.md); the upper bound is per file. */
 export const FILE_MIN_BYTES = 1;
 export const FILE_MAX_BYTES = 16 * 1024 * 1024;

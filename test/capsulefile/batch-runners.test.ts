@@ -58,7 +58,6 @@ for (const [label, exe, script] of runners) {
     t.ok(ms < 20_000, 'fast (streaming)');
     const bytes = readFileSync(out);
     outputs.push(bytes);
-    t.notOk(existsSync(`${out}.partial`), 'no partial file left');
     const results = bytes.toString('utf8').trimEnd().split('\n').map((l) => JSON.parse(l) as Result);
     t.equal(results.length, 10_000 - 10 + 2, 'one result per non-blank line');
     t.same(JSON.parse(r.stdout), { records: results.length, succeeded: good.size + 1, errored: 10 * 7 + 1 });

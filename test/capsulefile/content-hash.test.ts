@@ -29,7 +29,7 @@ const full: CapsulefileDefinition = parseDefinition({
 });
 const files: CapsulefileFileEntry[] = [
   { filename: 'main.py', size_bytes: 9, sha512: sha('print(1)\n') },
-  { filename: 'lib/helpers.py', size_bytes: 4, sha512: sha('x=1\n') },
+  { filename: 'helpers.py', size_bytes: 4, sha512: sha('x=1\n') },
 ];
 
 t.test('same inputs give the same hash; input key order and file order do not matter', async (t) => {

@@ -33,10 +33,10 @@ signing_config:
   endpoint: https://signer.example.com/sign
 files:
   - main.py
-  - lib/helpers.py
+  - helpers.py
 `;
   const r = parseCapsulefileYaml(enc(src));
-  t.same(r.files, ['main.py', 'lib/helpers.py']);
+  t.same(r.files, ['main.py', 'helpers.py']);
   t.same(r.definition, {
     name: 'demo', runtime: 'python3', entrypoint: 'python3 main.py', data_classification: 'PHI',
     egress_declaration: ['api.example.com', '10.0.0.0/8'], default_ttl: 600, memory_mb: 512, env_vars: { MODE: 'strict' },
@@ -57,6 +57,7 @@ t.test('schema errors name the line and the field', async (t) => {
     [`name: demo\nentrypoint: x\n`, 'runtime', 1, /is required/],
     [`${head}files:\n  - ok.py\n  - ../../etc/passwd\n`, 'files.1', 6, /traversal/],
     [`${head}files:\n  - /etc/passwd\n`, 'files.0', 5, /absolute/],
+    [`${head}files:\n  - lib/x.py\n`, 'files.0', 5, /no directories/],
     [`${head}files:\n  - a.py\n  - a.py\n`, 'files.1', 6, /listed twice/],
     [`${head}files: main.py\n`, 'files', 4, /list/],
     [`${head}files:\n  - 7\n`, 'files.0', 5, /string/],

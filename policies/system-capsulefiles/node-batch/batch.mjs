@@ -8,7 +8,7 @@
 // result and the run goes on. Byte-for-byte the same results as
 // ../python3-batch/batch.py. Usage: batch.mjs [INPUT [OUTPUT]]
 import { createHash } from 'node:crypto';
-import { createReadStream, createWriteStream, mkdirSync, renameSync } from 'node:fs';
+import { createReadStream, createWriteStream, mkdirSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { once } from 'node:events';
 
@@ -108,11 +108,12 @@ async function* lines(path) {
 async function main(argv) {
   const src = argv[2] ?? INPUT;
   const dst = argv[3] ?? OUTPUT;
-  const partial = `${dst}.partial`;
   const counts = { records: 0, succeeded: 0, errored: 0 };
+  // Written in place (the capsule's seccomp policy may refuse rename(2)); on
+  // an I/O failure the half-written file is removed: whole or not at all.
   try {
     mkdirSync(dirname(dst), { recursive: true });
-    const out = createWriteStream(partial, { highWaterMark: 1 << 16 });
+    const out = createWriteStream(dst, { highWaterMark: 1 << 16 });
     const failed = new Promise((_, reject) => out.once('error', reject));
     failed.catch(() => undefined);
     let pending = '';
@@ -133,10 +134,10 @@ async function main(argv) {
     await flush();
     out.end();
     await Promise.race([once(out, 'finish'), failed]);
-    renameSync(partial, dst); // results appear whole or not at all
   } catch (err) {
     // The path and the OS reason only: never record content.
     process.stderr.write(`batch: ${err?.path ?? src}: ${err?.code ?? 'failed'}\n`);
+    rmSync(dst, { force: true });
     return 1;
   }
   process.stdout.write(`${JSON.stringify(counts)}\n`);

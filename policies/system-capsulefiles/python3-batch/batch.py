@@ -87,10 +87,11 @@ def main(argv):
     src = argv[1] if len(argv) > 1 else INPUT
     dst = argv[2] if len(argv) > 2 else OUTPUT
     counts = {"records": 0, "succeeded": 0, "errored": 0}
-    partial = dst + ".partial"
+    # Written in place (the capsule's seccomp policy may refuse rename(2)); on
+    # an I/O failure the half-written file is removed: whole or not at all.
     try:
         os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-        with open(src, "rb") as inp, open(partial, "w", encoding="utf-8", newline="\n", buffering=1 << 16) as out:
+        with open(src, "rb") as inp, open(dst, "w", encoding="utf-8", newline="\n", buffering=1 << 16) as out:
             for lineno, raw in lines(inp):
                 if raw is None:
                     r = result(None, code="record_too_large", message=f"line {lineno}: longer than {MAX_LINE_BYTES} bytes")
@@ -102,10 +103,13 @@ def main(argv):
                 counts[r["status"]] += 1
                 out.write(json.dumps(r, ensure_ascii=False, separators=(",", ":")))
                 out.write("\n")
-        os.replace(partial, dst)  # results appear whole or not at all
     except OSError as e:
         # The path and the OS reason only: never record content.
         sys.stderr.write(f"batch: {e.filename or src}: {e.strerror}\n")
+        try:
+            os.unlink(dst)
+        except OSError:
+            pass
         return 1
     sys.stdout.write(json.dumps(counts) + "\n")
     return 0
