@@ -4,7 +4,7 @@
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -99,11 +99,11 @@ for (const driver of DRIVERS) {
       t.equal(r.status, 200, r.text);
       r = await upload(api, alice.key, cfId, 'main.py', main);
       t.same(r.body, { capsulefile_id: cfId, filename: 'main.py', size_bytes: main.length, sha512: sha(main) }, 'same name replaces in a draft');
-      r = await upload(api, alice.key, cfId, 'lib/util.bin', util);
+      r = await upload(api, alice.key, cfId, 'util.bin', util);
       t.equal(r.status, 200);
 
       // Bad uploads: a clear 400 naming the field, and nothing stored.
-      for (const bad of ['../etc/passwd', '/etc/passwd', 'a//b', 'lib/../../x', 'a\\b']) {
+      for (const bad of ['../etc/passwd', '/etc/passwd', 'a//b', 'lib/x.py', '..', 'a\\b']) {
         t.match(envelope(t, await upload(api, alice.key, cfId, bad, 'x'), 400, 'invalid_parameters').message, /^filename: /, bad);
       }
       t.match(envelope(t, await upload(api, alice.key, cfId, 'empty.py', ''), 400, 'invalid_parameters').message, /^body: file is empty/);
@@ -113,8 +113,8 @@ for (const driver of DRIVERS) {
       const d = await api.req('GET', `/v1/capsulefiles/${cfId}`, { key: alice.key });
       t.equal(d.status, 200);
       t.same(d.body.files, [
-        { filename: 'lib/util.bin', size_bytes: util.length, sha512: sha(util) },
         { filename: 'main.py', size_bytes: main.length, sha512: sha(main) },
+        { filename: 'util.bin', size_bytes: util.length, sha512: sha(util) },
       ], 'only the good files are stored');
       t.equal(d.body.runtime, 'python3');
       t.equal(d.body.is_system, false);
@@ -128,18 +128,17 @@ for (const driver of DRIVERS) {
       t.match(f.body.finalized_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
       finalHash = f.body.content_hash;
       t.equal(finalHash, contentHash(parseDefinition(def), [
-        { filename: 'main.py', size_bytes: main.length, sha512: sha(main) }, { filename: 'lib/util.bin', size_bytes: util.length, sha512: sha(util) },
+        { filename: 'main.py', size_bytes: main.length, sha512: sha(main) }, { filename: 'util.bin', size_bytes: util.length, sha512: sha(util) },
       ]), 'the library hash');
 
       const dir = mkdtempSync(join(tmpdir(), 'cf-api-'));
       t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-      mkdirSync(join(dir, 'lib'));
       writeFileSync(join(dir, 'main.py'), main);
-      writeFileSync(join(dir, 'lib/util.bin'), util);
+      writeFileSync(join(dir, 'util.bin'), util);
       writeFileSync(join(dir, 'Capsulefile.yaml'), [
         'name: scrubber', 'runtime: python3', 'entrypoint: python3 /capsule/app/main.py', 'data_classification: PHI',
         'egress_declaration: [api.example.com, 10.0.0.0/8]', 'default_ttl: 600', 'memory_mb: 512', 'env_vars: {MODE: strict}',
-        'packages: {apt: [python3]}', 'mcp_policy: {allowed_tools: [search]}', 'files: [main.py, lib/util.bin]', '',
+        'packages: {apt: [python3]}', 'mcp_policy: {allowed_tools: [search]}', 'files: [main.py, util.bin]', '',
       ].join('\n'));
       t.equal(cliHash(dir), finalHash, 'capsule capsulefile hash DIR recomputes it from the source directory');
     });
@@ -236,7 +235,7 @@ for (const driver of DRIVERS) {
       t.equal(req?.memory_mb, 256, 'memory_mb 512 capped by the Free ceiling (policies/capsule-memory.yaml)');
       t.same(req?.env, { MODE: 'strict' });
       t.same(req?.app_files?.map((f) => [f.filename, Buffer.from(f.content_b64, 'base64').toString('hex')]),
-        [['lib/util.bin', util.toString('hex')], ['main.py', main.toString('hex')]], 'files go to /capsule/app with their bytes');
+        [['main.py', main.toString('hex')], ['util.bin', util.toString('hex')]], 'files go to /capsule/app with their bytes');
       const events = await s.cp.store.activity(r.body.id);
       t.match(events[0], { type: 'CapsuleStarted', capsulefile_id: cfId, capsulefile_content_hash: finalHash, data_classification: 'PHI' });
 

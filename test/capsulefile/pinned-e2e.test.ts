@@ -69,9 +69,9 @@ for (const driver of DRIVERS) {
     await t.test('a proof of a pinned capsule carries the hash and verifies after the Capsulefile is deleted', async (t) => {
       const cf = await api.req('POST', '/v1/capsulefiles', { key: alice.key, json: { name: 'probe', runtime: 'sh', entrypoint: 'sh /capsule/app/run.sh', env_vars: { GREETING: 'hello' } } });
       t.equal(cf.status, 201);
-      const script = 'echo "$GREETING from $(cat /capsule/app/data/word.txt)"; touch /capsule/app/x 2>/dev/null && echo writable || echo read-only\n';
+      const script = 'echo "$GREETING from $(cat /capsule/app/word.txt)"; touch /capsule/app/x 2>/dev/null && echo writable || echo read-only\n';
       t.equal((await api.req('POST', `/v1/capsulefiles/${cf.body.id}/files?filename=run.sh`, { key: alice.key, raw: script })).status, 200);
-      t.equal((await api.req('POST', `/v1/capsulefiles/${cf.body.id}/files?filename=data/word.txt`, { key: alice.key, raw: 'capsule' })).status, 200);
+      t.equal((await api.req('POST', `/v1/capsulefiles/${cf.body.id}/files?filename=word.txt`, { key: alice.key, raw: 'capsule' })).status, 200);
       const fin = await api.req('POST', `/v1/capsulefiles/${cf.body.id}/finalize`, { key: alice.key });
       t.equal(fin.status, 200);
       const hash = fin.body.content_hash as string;
