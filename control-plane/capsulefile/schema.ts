@@ -195,3 +195,24 @@ export function parseDefinition(value: unknown): CapsulefileDefinition {
   if (bad) throw invalid(fieldName(bad), NOT_WELL_FORMED);
   return r.data;
 }
+
+const REQUIRED_FIELDS: readonly string[] = ['name', 'runtime', 'entrypoint'];
+
+/**
+ * PATCH of a draft (JSON merge-patch style): a present field replaces the
+ * current value, `null` removes an optional field; the result is validated in full.
+ */
+export function mergePatch(current: CapsulefileDefinition, patch: unknown): CapsulefileDefinition {
+  if (patch === null || typeof patch !== 'object' || Array.isArray(patch)) throw invalid('body', 'must be a JSON object');
+  const merged: Record<string, unknown> = { ...current };
+  for (const [k, v] of Object.entries(patch as Record<string, unknown>)) {
+    if (!(DEFINITION_FIELDS as readonly string[]).includes(k)) throw invalid(k, 'unknown field');
+    if (v === null) {
+      if (REQUIRED_FIELDS.includes(k)) throw invalid(k, 'is required and cannot be removed');
+      delete merged[k];
+    } else {
+      merged[k] = v;
+    }
+  }
+  return parseDefinition(merged);
+}
