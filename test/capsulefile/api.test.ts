@@ -2,7 +2,7 @@
 // error path, system Capsulefiles, content hash equal to the CLI's and stable
 // across restarts, and capsules pinned to a Capsulefile.
 import t from 'tap';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -254,6 +254,64 @@ for (const driver of DRIVERS) {
 
       envelope(t, await api.req('DELETE', `/v1/capsulefiles/${cfId}`, { key: alice.key }), 409, 'resource_conflict');
       t.equal((await api.req('GET', `/v1/capsulefiles/${cfId}`, { key: alice.key })).status, 200, 'still there');
+    });
+
+    await t.test('uploads racing a finalize: the hash covers exactly the stored files', async (t) => {
+      const api = s.api;
+      const c = await createCf(t, api, alice.key, { ...def, name: 'racer' });
+      t.equal((await upload(api, alice.key, c.id, 'first.txt', 'first')).status, 200);
+      const ups = Array.from({ length: 8 }, (_, i) => upload(api, alice.key, c.id, `f${i}.txt`, `file ${i}`));
+      const fin = api.req('POST', `/v1/capsulefiles/${c.id}/finalize`, { key: alice.key });
+      const results = await Promise.all([...ups, fin]);
+      const f = results.at(-1)!;
+      t.equal(f.status, 200, f.text);
+      for (const r of results.slice(0, -1)) t.ok(r.status === 200 || r.status === 409, `upload answered ${r.status}`);
+      const d = await api.req('GET', `/v1/capsulefiles/${c.id}`, { key: alice.key });
+      const accepted = results.slice(0, -1).filter((r) => r.status === 200).map((r) => r.body.filename as string);
+      t.same(d.body.files.map((x: { filename: string }) => x.filename).sort(), ['first.txt', ...accepted].sort(), 'an accepted upload is in the file set');
+      t.equal(f.body.file_count, d.body.files.length);
+      t.equal(f.body.content_hash, contentHash(parseDefinition({ ...def, name: 'racer' }), d.body.files), 'the hash is over exactly that set');
+    });
+
+    await t.test('Idempotency-Key replays a create without a second Capsulefile', async (t) => {
+      const api = s.api;
+      const headers = { 'idempotency-key': `idem-${Date.now()}` };
+      const a = await api.req('POST', '/v1/capsulefiles', { key: alice.key, json: { ...def, name: 'idem' }, headers });
+      const b = await api.req('POST', '/v1/capsulefiles', { key: alice.key, json: { ...def, name: 'idem' }, headers });
+      t.equal(a.status, 201);
+      t.equal(b.status, 201);
+      t.equal(b.body.id, a.body.id);
+      t.equal(b.headers.get('idempotent-replayed'), 'true');
+    });
+
+    await t.test('capsule capsulefile push against the service', async (t) => {
+      const dir = mkdtempSync(join(tmpdir(), 'cf-push-'));
+      t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+      writeFileSync(join(dir, 'Capsulefile.yaml'), 'name: pushed\nruntime: sh\nentrypoint: sh /capsule/app/run.sh\nfiles: [run.sh]\n');
+      writeFileSync(join(dir, 'run.sh'), 'echo pushed\n');
+      const local = cliHash(dir);
+      const r = await new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
+        const p = spawn(process.execPath, [cli, 'capsulefile', 'push', dir], { env: { PATH: process.env['PATH'] ?? '', CAPSULE_API_URL: s.cp.url, CAPSULE_API_KEY: alice.key } });
+        let out = '';
+        let err = '';
+        p.stdout.on('data', (b: Buffer) => (out += b.toString()));
+        p.stderr.on('data', (b: Buffer) => (err += b.toString()));
+        p.on('close', (code) => resolve({ code, out, err }));
+      });
+      t.equal(r.code, 0, r.err);
+      const [id, hash] = r.out.trim().split(' ');
+      t.equal(hash, local, 'push prints the hash the CLI computes locally');
+      const d = await s.api.req('GET', `/v1/capsulefiles/${id}`, { key: alice.key });
+      t.equal(d.body.status, 'finalized');
+      t.equal(d.body.content_hash, local);
+      const again = await new Promise<{ code: number | null; err: string }>((resolve) => {
+        const p = spawn(process.execPath, [cli, 'capsulefile', 'push', dir, '--api-url', s.cp.url, '--api-key', alice.key], { env: { PATH: process.env['PATH'] ?? '' } });
+        let err = '';
+        p.stderr.on('data', (b: Buffer) => (err += b.toString()));
+        p.on('close', (code) => resolve({ code, err }));
+      });
+      t.equal(again.code, 1);
+      t.match(again.err, /^capsule capsulefile push: POST \/v1\/capsulefiles: 409 resource_conflict: name: /, 'a duplicate name is one line');
     });
 
     await t.test('restart: content hashes stable, system Capsulefiles not duplicated', async (t) => {
