@@ -1,7 +1,7 @@
 // The per-capsule proxy: listeners (Unix socket for the capsule relay,
 // optional loopback TCP for tests), CONNECT tunnels terminated with the
 // per-capsule CA, absolute-URI plain HTTP, and the lifecycle.
-import { randomBytes } from 'node:crypto';
+import { randomBytes, X509Certificate } from 'node:crypto';
 import { lookup } from 'node:dns/promises';
 import { chmod, lstat, unlink } from 'node:fs/promises';
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -75,6 +75,14 @@ function validateConfig(c: EgressProxyConfig): void {
   if (c.tcp && c.tcp.host !== '127.0.0.1' && c.tcp.host !== '::1') throw new TypeError('egress proxy config: tcp.host must be loopback');
   if (typeof c.onEvent !== 'function') throw new TypeError('egress proxy config: onEvent is required');
   if (!Array.isArray(c.profileRules) || !Array.isArray(c.declaration)) throw new TypeError('egress proxy config: profileRules and declaration must be arrays');
+  if (c.extraCaPem !== undefined) {
+    // OpenSSL silently skips unparsable PEM, which would leave the operator's CA untrusted without a word.
+    const blocks = typeof c.extraCaPem === 'string' ? c.extraCaPem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) : null;
+    if (!blocks) throw new TypeError('egress proxy config: extraCaPem holds no PEM certificate');
+    for (const b of blocks) {
+      try { new X509Certificate(b); } catch { throw new TypeError('egress proxy config: extraCaPem holds a certificate that does not parse'); }
+    }
+  }
   if (c.mcpPolicy !== undefined) {
     const m = checkMcpPolicy(c.mcpPolicy);
     if (!m.ok) throw new TypeError(`egress proxy config: ${m.message}`);
