@@ -125,7 +125,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
   const clock = config.clock ?? systemClock;
   const resolver = config.resolver ?? systemResolver;
   const random = config.random ?? ((n: number) => randomBytes(n));
-  const ca = new CapsuleCa({ capsuleId: config.capsuleId, random, nowMs: () => Date.now(), validityHours: limits.caValidityHours });
+  const ca = new CapsuleCa({ capsuleId: config.capsuleId, random, nowMs: () => Date.parse(clock.nowIso()), validityHours: limits.caValidityHours });
   const pools = createPools(limits.maxSocketsPerDestination);
   let exchanges = 0;
   let callbackErrors = 0;
@@ -147,7 +147,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
   const tunnels = new WeakMap<Socket, Target>();
 
   // Requests inside CONNECT tunnels (TLS-terminated or plain).
-  const inner = createHttpServer({ keepAliveTimeout: 30_000 }, (req, res) => {
+  const inner = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000, requestTimeout: limits.maxExchangeMs }, (req, res) => {
     const target = tunnels.get(req.socket);
     if (!target) { sendError(res, 500, 'internal', 'tunnel lost'); return; }
     // Host must name the CONNECT target: no domain fronting to another name behind the checked address.
@@ -161,7 +161,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
     forward(rt, req, res, target, path);
   });
 
-  const outer = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000 }, (req: IncomingMessage, res: ServerResponse) => {
+  const outer = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000, requestTimeout: limits.maxExchangeMs }, (req: IncomingMessage, res: ServerResponse) => {
     // Absolute-URI plain HTTP (HTTP_PROXY).
     let url: URL;
     try { url = new URL(req.url ?? ''); } catch { sendError(res, 400, 'bad_target', 'absolute http:// URI expected (this is a forward proxy)'); return; }
@@ -213,9 +213,10 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
           tunnels.set(tls, a.target);
           inner.emit('connection', tls);
         } else {
-          // Plain HTTP through a tunnel: forwarded as http to the same checked address.
-          tunnels.set(sock, { ...a.target, scheme: 'http' });
-          inner.emit('connection', sock);
+          // Only TLS is carried in tunnels (no raw TCP protocols); plain HTTP uses absolute-URI requests.
+          rt.refuse({ host: a.target.host, port: a.target.port, reason: 'unsupported', detail: 'non-TLS bytes in a CONNECT tunnel' });
+          const body = 'capsule egress: CONNECT tunnels carry TLS only; send plain HTTP as an absolute-URI request\n';
+          sock.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nx-capsule-egress-error: unsupported\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
         }
       };
       if (head.length > 0) start(head); else sock.once('data', start);

@@ -89,6 +89,14 @@ t.test('curl: plain HTTP absolute-URI request to an allowed host is forwarded an
   t.equal(ev?.request_body_hash, sha512(''));
 });
 
+t.test('a CONNECT tunnel carrying anything but TLS is closed with 400 (no raw protocols through tunnels)', async (t) => {
+  events.length = 0;
+  const r = await curl('--proxytunnel', `http://api.egress.test:${P.http}/json?n=6`);
+  t.equal(split(r.stdout).status, 400, r.stderr);
+  t.equal(refusals.at(-1)?.reason, 'unsupported');
+  t.equal(eventsOf(events, 'SealedHttpRequest').length, 0);
+});
+
 t.test('node (fetch, NODE_USE_ENV_PROXY) through the proxy with the capsule CA', async (t) => {
   events.length = 0;
   const script = `const r = await fetch('https://api.egress.test:${P.https}/json?n=3', { method: 'POST', body: 'from-node' });
