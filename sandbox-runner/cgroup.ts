@@ -238,10 +238,11 @@ export function oomKills(p: CapsuleCgroupPaths): number {
   }
 }
 
-/** Sends sig to every process of the group (v2 SIGKILL uses cgroup.kill). */
-export function signalGroup(p: CapsuleCgroupPaths, sig: NodeJS.Signals): void {
+/** Sends sig to every process of the group except `spare` (v2 SIGKILL uses cgroup.kill). */
+export function signalGroup(p: CapsuleCgroupPaths, sig: NodeJS.Signals, spare: number | null = null): void {
   if (p.mode === 'v2' && sig === 'SIGKILL' && tryWrite(join(p.memory, 'cgroup.kill'), '1')) return;
   for (const pid of groupPids(p)) {
+    if (pid === spare) continue;
     try {
       process.kill(pid, sig);
     } catch {
