@@ -20,7 +20,7 @@ import { buildEvidence } from './evidence.js';
 import { runExec, type SandboxObservation } from './exec.js';
 import { listRegular, readRegular, validateFilename, writeFileInto } from './files.js';
 import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
-import { baseEnv, INSIDE_GID, INSIDE_UID, type SandboxSpec } from './sandbox.js';
+import { baseEnv, type SandboxSpec } from './sandbox.js';
 import { isMounted, mountTmpfs, unmountTmpfs } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { wipeTree } from './wipe.js';
@@ -41,6 +41,7 @@ interface Capsule {
   record: CapsuleRecord;
   hostname: string;
   imageRoot: string;
+  etcDir: string;
   env: Record<string, string>;
   hasApp: boolean;
   key: Buffer;
@@ -62,6 +63,11 @@ export interface ManagerDeps {
   hostNamespaces: Partial<Record<NsName, string>>;
   /** Compiled seccomp program on disk (opened once per exec for bwrap's fd 3). */
   seccompPath: string;
+}
+
+/** Where prepareEtc put the /etc of a runtime label. */
+export function etcDirFor(stateDir: string, runtime: string): string {
+  return join(stateDir, 'etc', runtime);
 }
 
 export function capsulesDir(stateDir: string): string {
@@ -175,12 +181,6 @@ export class CapsuleManager {
         mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
         chownSync(join(tmpfsDir, sub), uid, uid);
       }
-      const sys = join(tmpfsDir, '.sys');
-      mkdirSync(sys, { mode: 0o755 });
-      writeFileSync(join(sys, 'passwd'), `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\ncapsule:x:${INSIDE_UID}:${INSIDE_GID}:capsule:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`);
-      writeFileSync(join(sys, 'group'), `root:x:0:\ncapsule:x:${INSIDE_GID}:\nnogroup:x:65534:\n`);
-      writeFileSync(join(sys, 'hosts'), `127.0.0.1 localhost ${hostname}\n::1 localhost\n`);
-      writeFileSync(join(sys, 'hostname'), `${hostname}\n`);
       if (apps.length > 0) {
         const app = join(tmpfsDir, 'app');
         mkdirSync(app, { mode: 0o755 });
@@ -206,6 +206,7 @@ export class CapsuleManager {
       record,
       hostname,
       imageRoot,
+      etcDir: etcDirFor(config.stateDir, runtime),
       env: { ...baseEnv(hostname), ...env },
       hasApp: apps.length > 0,
       key: this.d.random.bytes(32),
@@ -223,6 +224,7 @@ export class CapsuleManager {
     return {
       tmpfsDir: c.record.tmpfs_dir,
       imageRoot: c.imageRoot,
+      etcDir: c.etcDir,
       hostUid: c.record.host_uid,
       hostname: c.hostname,
       hasApp: c.hasApp,
