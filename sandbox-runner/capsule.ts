@@ -24,6 +24,7 @@ import { baseEnv, type SandboxSpec } from './sandbox.js';
 import { isMounted, mountTmpfs, unmountTmpfs } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { wipeTree } from './wipe.js';
+import { attachEgress, caBundle, detachEgress, egressEnv, netnsPath, validateEgress, type EgressState } from './egress.js';
 
 export const CAPSULE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
@@ -35,7 +36,11 @@ export interface CapsuleRecord {
   tmpfs_dir: string;
   cgroup: CapsuleCgroupPaths;
   created_at: string;
+  egress?: EgressState;
 }
+
+/** The CA bundle file of an egress capsule, at the tmpfs root (bound read-only inside). */
+const EGRESS_CA_FILE = 'egress-ca.pem';
 
 interface Capsule {
   record: CapsuleRecord;
@@ -105,6 +110,8 @@ const INPUT_DIRS: Record<string, string> = { '/data/input/': 'input', '/data/out
 
 export class CapsuleManager {
   private readonly capsules = new Map<string, Capsule>();
+  /** Ids whose create is in progress (create awaits the egress relay). */
+  private readonly creating = new Set<string>();
   private shuttingDown = false;
 
   constructor(private readonly d: ManagerDeps) {
@@ -124,13 +131,13 @@ export class CapsuleManager {
     return c;
   }
 
-  create(req: CreateCapsuleRequest): CreatedCapsule {
+  async create(req: CreateCapsuleRequest): Promise<CreatedCapsule> {
     const { config } = this.d;
     if (this.shuttingDown) throw new RunnerError('unavailable', 'runner is shutting down');
     if (typeof req !== 'object' || req === null) throw new RunnerError('invalid', 'params: must be an object');
     if (typeof req.capsule_id !== 'string' || !CAPSULE_ID_RE.test(req.capsule_id)) throw new RunnerError('invalid', 'capsule_id: 1-64 of [A-Za-z0-9_-], starting alphanumeric');
     const id = req.capsule_id;
-    if (this.capsules.has(id)) throw new RunnerError('invalid', `capsule_id: ${id} already exists`);
+    if (this.capsules.has(id) || this.creating.has(id)) throw new RunnerError('invalid', `capsule_id: ${id} already exists`);
     const mem = req.memory_mb;
     if (!Number.isInteger(mem) || mem < config.bounds.minMemoryMb || mem > config.bounds.maxMemoryMb) {
       throw new RunnerError('invalid', `memory_mb: must be an integer in ${config.bounds.minMemoryMb}..${config.bounds.maxMemoryMb}`);
@@ -154,8 +161,8 @@ export class CapsuleManager {
       });
       if (total > config.bounds.tmpfsMb * 1024 * 1024) throw new RunnerError('too_large', 'app_files: larger than the capsule tmpfs');
     }
-    if (req.egress !== undefined) throw new RunnerError('invalid', 'egress: not supported by this runner build yet');
-    if (this.capsules.size >= config.bounds.maxCapsules) throw new RunnerError('unavailable', 'runner is at its capsule limit');
+    const egress = req.egress !== undefined && req.egress !== null ? validateEgress(req.egress) : null;
+    if (this.capsules.size + this.creating.size >= config.bounds.maxCapsules) throw new RunnerError('unavailable', 'runner is at its capsule limit');
     const uid = this.d.uids.allocate();
     if (uid === null) throw new RunnerError('unavailable', 'no free capsule uid in the configured range');
 
@@ -171,6 +178,8 @@ export class CapsuleManager {
     const hostname = `capsule-${this.d.random.bytes(6).toString('hex')}`;
     let mounted = false;
     let cgroupMade = false;
+    let egressState: EgressState | null = null;
+    this.creating.add(id);
     try {
       // The record goes first so that a crash from here on is found by recovery.
       writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
@@ -191,9 +200,26 @@ export class CapsuleManager {
       }
       this.d.cgroups.create(id, { memoryBytes: mem * 1024 * 1024, pidsMax: config.bounds.pidsMax, cpuWeight: config.bounds.cpuWeight });
       cgroupMade = true;
+      if (egress) {
+        writeFileSync(join(tmpfsDir, EGRESS_CA_FILE), caBundle(imageRoot, egress.caPem), { mode: 0o644 });
+        record.egress = { netns: `capsule-${this.d.random.bytes(8).toString('hex')}`, relay_pid: null };
+        // Record the namespace name before creating it, and the relay pid once it runs (recovery).
+        writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+        egressState = await attachEgress(record.egress.netns, egress.proxySocket);
+        record.egress = egressState;
+        writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+      }
     } catch (e) {
+      this.creating.delete(id);
+      if (egressState) await detachEgress(egressState);
+      else if (record.egress) await detachEgress(record.egress);
       if (cgroupMade) void removeGroup(record.cgroup);
-      if (mounted) unmountTmpfs(tmpfsDir);
+      if (mounted) {
+        const key = this.d.random.bytes(32);
+        wipeTree(tmpfsDir, key);
+        key.fill(0);
+        unmountTmpfs(tmpfsDir);
+      }
       rmSync(tmpfsDir, { recursive: true, force: true });
       rmSync(statePath, { force: true });
       this.d.uids.release(uid);
@@ -202,12 +228,13 @@ export class CapsuleManager {
       if (code === 'ENOSPC') throw new RunnerError('no_space', 'app_files: do not fit the capsule tmpfs');
       throw new RunnerError('internal', `create failed: ${code ?? (e as Error).message}`);
     }
+    this.creating.delete(id);
     this.capsules.set(id, {
       record,
       hostname,
       imageRoot,
       etcDir: etcDirFor(config.stateDir, runtime),
-      env: { ...baseEnv(hostname), ...env },
+      env: { ...baseEnv(hostname), ...(egressState ? egressEnv() : {}), ...env },
       hasApp: apps.length > 0,
       key: this.d.random.bytes(32),
       state: 'live',
@@ -231,6 +258,8 @@ export class CapsuleManager {
       env: { ...c.env, ...env },
       cgroupProcsFiles: procsFiles(c.record.cgroup),
       command,
+      netnsPath: c.record.egress ? netnsPath(c.record.egress.netns) : null,
+      caFile: c.record.egress ? join(c.record.tmpfs_dir, EGRESS_CA_FILE) : null,
     };
   }
 
@@ -359,6 +388,7 @@ export class CapsuleManager {
   private async teardown(c: Capsule, commandWasRunning: boolean): Promise<DestroyResult> {
     const r = c.record;
     const cgEmpty = await killGroup(r.cgroup);
+    const egress = r.egress ? await detachEgress(r.egress) : null;
     const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
     const wipe = wipeTree(r.tmpfs_dir, c.key);
     c.key.fill(0);
@@ -394,6 +424,7 @@ export class CapsuleManager {
       tmpfsUnmounted: unmounted && !isMounted(r.tmpfs_dir),
       stateRemoved,
       commandWasRunning,
+      egress,
     });
     return { capsule_id: r.capsule_id, destroyed_at: this.d.clock.iso(), evidence, wipe: wipe.report, command_was_running: commandWasRunning };
   }

@@ -7,6 +7,7 @@ import type { LostCapsule } from '../shared/runner-protocol.js';
 import { killGroup, removeGroup, type CgroupManager } from './cgroup.js';
 import { CAPSULE_ID_RE, capsulesDir, type CapsuleRecord } from './capsule.js';
 import type { Clock, Random } from './clock.js';
+import { recoverEgress } from './egress.js';
 import { isMounted, unmountTmpfs } from './tmpfs.js';
 import { wipeTree } from './wipe.js';
 
@@ -32,6 +33,7 @@ export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, 
     // Recorded paths first (the runner's own cgroup may have moved), then this runner's layout.
     const paths = record?.cgroup ?? cgroups.pathsFor(id);
     await killGroup(paths);
+    if (record?.egress) await recoverEgress(record.egress);
     const fresh = cgroups.pathsFor(id);
     if (fresh.memory !== paths.memory) await killGroup(fresh);
     let wipe = null;

@@ -41,6 +41,8 @@ export function prepareEtc(imageRoot: string, dest: string): void {
   }
   writeFileSync(join(dest, 'passwd'), `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\ncapsule:x:${INSIDE_UID}:${INSIDE_GID}:capsule:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`, { mode: 0o644 });
   writeFileSync(join(dest, 'group'), `root:x:0:\ncapsule:x:${INSIDE_GID}:\nnogroup:x:65534:\n`, { mode: 0o644 });
+  // Mount point for an egress capsule's CA bundle (the /etc bind is read-only, so it must pre-exist).
+  writeFileSync(join(dest, 'capsule-ca.pem'), '', { mode: 0o644 });
   writeFileSync(join(dest, 'hosts'), '127.0.0.1 localhost\n::1 localhost\n', { mode: 0o644 });
 }
 
@@ -69,6 +71,8 @@ export interface SandboxSpec {
   block?: boolean;
   /** Egress: enter this network namespace instead of unsharing one (see egress.ts). */
   netnsPath?: string | null;
+  /** Egress: CA bundle file bound read-only at /etc/capsule-ca.pem. */
+  caFile?: string | null;
 }
 
 /** bwrap mount arguments for the top-level entries of the image root (/usr, /bin, /lib...). */
@@ -106,6 +110,7 @@ export function buildExecArgv(s: SandboxSpec): { file: string; args: string[] } 
     '--die-with-parent', '--new-session', '--cap-drop', 'ALL',
     ...img,
     '--ro-bind', s.etcDir, '/etc',
+    ...(s.caFile ? ['--ro-bind', s.caFile, '/etc/capsule-ca.pem'] : []),
     '--proc', '/proc',
     '--dev', '/dev',
     '--bind', join(s.tmpfsDir, 'input'), '/data/input',

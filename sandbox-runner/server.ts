@@ -19,7 +19,7 @@ function handlers(d: ServerDeps): Record<string, Handler> {
   const m = d.manager;
   return {
     hello: async () => ({ result: d.hello() }),
-    create: async (p) => ({ result: m.create(p as never) }),
+    create: async (p) => ({ result: await m.create(p as never) }),
     exec: async (p) => ({ result: await m.exec(p as never) }),
     upload: async (p, body) => ({ result: m.upload(p as never, body) }),
     list_output: async (p) => ({ result: m.listOutput(p as never) }),
