@@ -1,6 +1,7 @@
 // Capsule lifecycle: create (uid, tmpfs, cgroup, state record), exec (one
 // fresh bwrap per exec over the same tmpfs, serialized per capsule), file
 // transfer, destroy (kill, wipe, zeroize, unmount, release, evidence).
+import { createHash } from 'node:crypto';
 import { chmodSync, chownSync, mkdirSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
@@ -70,9 +71,9 @@ export interface ManagerDeps {
   seccompPath: string;
 }
 
-/** Where prepareEtc put the /etc of a runtime label. */
-export function etcDirFor(stateDir: string, runtime: string): string {
-  return join(stateDir, 'etc', runtime);
+/** Where prepareEtc put the /etc of an image root (one per distinct root). */
+export function etcDirFor(stateDir: string, imageRoot: string): string {
+  return join(stateDir, 'etc', createHash('sha256').update(imageRoot).digest('hex').slice(0, 16));
 }
 
 export function capsulesDir(stateDir: string): string {
@@ -233,7 +234,7 @@ export class CapsuleManager {
       record,
       hostname,
       imageRoot,
-      etcDir: etcDirFor(config.stateDir, runtime),
+      etcDir: etcDirFor(config.stateDir, imageRoot),
       env: { ...baseEnv(hostname), ...(egressState ? egressEnv() : {}), ...env },
       hasApp: apps.length > 0,
       key: this.d.random.bytes(32),

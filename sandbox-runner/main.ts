@@ -45,8 +45,8 @@ async function main(): Promise<void> {
     writeFileSync(seccompPath, compilePolicy(loadPolicy(config.seccompPolicyPath)), { mode: 0o600 });
     for (const [label, root] of Object.entries(config.runtimes)) {
       if (!existsSync(join(root, 'usr'))) fail(`runtime ${label}: image root ${root} has no usr/`);
-      prepareEtc(root, etcDirFor(config.stateDir, label));
     }
+    for (const root of new Set(Object.values(config.runtimes))) prepareEtc(root, etcDirFor(config.stateDir, root));
     chmodSync(join(config.stateDir, 'etc'), 0o711);
   } catch (e) {
     if (e instanceof PolicyError) fail(`seccomp policy ${config.seccompPolicyPath}: ${e.message}`);
