@@ -2,7 +2,8 @@
 // command still running); the next runner on the same state dir wipes and
 // removes them and reports them in hello.lost.
 import t from 'tap';
-import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -31,6 +32,17 @@ t.test('recovery after SIGKILL of the runner', async (t) => {
   const c = first.client;
   const a = await c.create({ capsule_id: 'lost-a', memory_mb: 64 });
   await c.create({ capsule_id: 'lost-b', memory_mb: 64 });
+  // An egress capsule: its relay and network namespace must be cleaned up too.
+  const proxyDir = mkdtempSync(join(tmpdir(), 'capsule-recovery-proxy-'));
+  const proxy = createServer((s) => s.end());
+  await new Promise<void>((res) => proxy.listen(join(proxyDir, 'p.sock'), res));
+  t.teardown(() => {
+    proxy.close();
+    rmSync(proxyDir, { recursive: true, force: true });
+  });
+  await c.create({ capsule_id: 'lost-e', memory_mb: 64, egress: { proxy_socket: join(proxyDir, 'p.sock'), ca_pem: '-----BEGIN CERTIFICATE-----\nQQ==\n-----END CERTIFICATE-----' } });
+  const netns = (JSON.parse(readFileSync(join(stateDir, 'capsules/lost-e.json'), 'utf8')) as { egress: { netns: string } }).egress.netns;
+  t.ok(existsSync(`/run/netns/${netns}`), 'egress namespace exists');
   const marker = `LOST${randomBytes(8).toString('hex')}`;
   t.equal((await c.exec({ capsule_id: 'lost-a', command: `yes ${marker} | head -c 100000 > /data/output/m`, timeout_ms: 10000 })).exit_code, 0);
   const running = c.exec({ capsule_id: 'lost-a', command: 'sleep 600', timeout_ms: 600000 }).catch((e: unknown) => e);
@@ -46,7 +58,8 @@ t.test('recovery after SIGKILL of the runner', async (t) => {
   t.teardown(() => second.stop());
   const hello = await second.client.hello();
   const lost = hello.lost.map((l) => l.capsule_id).sort();
-  t.same(lost, ['lost-a', 'lost-b']);
+  t.same(lost, ['lost-a', 'lost-b', 'lost-e']);
+  t.notOk(existsSync(`/run/netns/${netns}`), 'egress namespace removed by recovery');
   const la = hello.lost.find((l) => l.capsule_id === 'lost-a')!;
   t.equal(la.wipe?.readback_verified, true);
   t.ok((la.wipe?.bytes_overwritten ?? 0) >= 100000);
