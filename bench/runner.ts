@@ -4,7 +4,7 @@
 // capsule. Prints figures; run as root: npm run build && npm run bench:runner
 // BENCH_RUNS (default 200) sets the run count of every series.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, statfsSync } from 'node:fs';
 import { startRunner } from '../test/helpers/runner.js';
 
 const RUNS = Number(process.env['BENCH_RUNS'] ?? 200);
@@ -129,6 +129,17 @@ async function main(): Promise<void> {
     const after = meminfo();
     const rssAfter = rss(r.process.pid!);
     const perCapsule = ((before['MemAvailable']! - after['MemAvailable']!) / 50 / MiB);
+    // What each idle capsule holds, measured per capsule: its memory cgroup's charge (tmpfs pages,
+    // kernel objects charged to it) and the bytes used on its tmpfs.
+    let cgroupBytes = 0;
+    let tmpfsBytes = 0;
+    for (let i = 0; i < 50; i++) {
+      const rec = JSON.parse(readFileSync(`${r.stateDir}/capsules/b-live-${i}.json`, 'utf8')) as { cgroup: { mode: string; memory: string }; tmpfs_dir: string };
+      const file = rec.cgroup.mode === 'v2' ? 'memory.current' : 'memory.usage_in_bytes';
+      cgroupBytes += Number(readFileSync(`${rec.cgroup.memory}/${file}`, 'utf8'));
+      const st = statfsSync(rec.tmpfs_dir);
+      tmpfsBytes += (st.blocks - st.bfree) * st.bsize;
+    }
     const execAmong = add('exec true with 50 live capsules');
     for (let i = 0; i < Math.min(RUNS, 200); i++) execAmong.ms.push(await time(() => c.exec({ capsule_id: `b-live-${i % 50}`, command: 'true', timeout_ms: 10000 })));
     for (let i = 0; i < 50; i++) await c.destroy(`b-live-${i}`);
@@ -138,6 +149,7 @@ async function main(): Promise<void> {
     for (const s of series) console.log(row(s));
     const p50 = (s: Series): number => pct([...s.ms].sort((a, b) => a - b), 50);
     console.log(`exec true p50 / bare root bwrap p50 = ${(p50(execTrue) / p50(bareRoot)).toFixed(2)}x; / bare setpriv+bwrap p50 = ${(p50(execTrue) / p50(bareUser)).toFixed(2)}x`);
+    console.log(`per idle capsule (measured over 50): memory cgroup charge ${(cgroupBytes / 50 / 1024).toFixed(0)} KiB, tmpfs used ${(tmpfsBytes / 50 / 1024).toFixed(0)} KiB, runner RSS ${((rssAfter - rssBefore) / 50 / 1024).toFixed(0)} KiB, processes 0`);
     console.log(`50 idle capsules: host MemAvailable drop ${((before['MemAvailable']! - after['MemAvailable']!) / MiB).toFixed(1)} MiB (${perCapsule.toFixed(2)} MiB each, noisy: shared machine); runner RSS +${((rssAfter - rssBefore) / MiB).toFixed(1)} MiB; Shmem +${((after['Shmem']! - before['Shmem']!) / MiB).toFixed(2)} MiB; long-lived processes per idle capsule: 0`);
   } finally {
     await r.stop();

@@ -22,7 +22,7 @@ import { runExec, type SandboxObservation } from './exec.js';
 import { listRegular, readRegular, validateFilename, writeFileInto } from './files.js';
 import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
 import { baseEnv, type SandboxSpec } from './sandbox.js';
-import { isMounted, mountTmpfs, unmountTmpfs } from './tmpfs.js';
+import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { wipeTree } from './wipe.js';
 import { attachEgress, caBundle, detachEgress, egressEnv, netnsPath, validateEgress, type EgressState } from './egress.js';
@@ -67,6 +67,7 @@ export interface ManagerDeps {
   random: Random;
   host: HostFacts;
   hostNamespaces: Partial<Record<NsName, string>>;
+  mounter: Mounter;
   /** Compiled seccomp program on disk (opened once per exec for bwrap's fd 3). */
   seccompPath: string;
 }
@@ -185,7 +186,7 @@ export class CapsuleManager {
       // The record goes first so that a crash from here on is found by recovery.
       writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
       mkdirSync(tmpfsDir, { mode: 0o711 });
-      mountTmpfs(tmpfsDir, config.bounds.tmpfsMb);
+      await this.d.mounter.mount(tmpfsDir, config.bounds.tmpfsMb);
       mounted = true;
       for (const sub of ['input', 'output', 'tmp']) {
         mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
@@ -219,7 +220,7 @@ export class CapsuleManager {
         const key = this.d.random.bytes(32);
         wipeTree(tmpfsDir, key);
         key.fill(0);
-        unmountTmpfs(tmpfsDir);
+        await this.d.mounter.unmount(tmpfsDir);
       }
       rmSync(tmpfsDir, { recursive: true, force: true });
       rmSync(statePath, { force: true });
@@ -394,7 +395,7 @@ export class CapsuleManager {
     const wipe = wipeTree(r.tmpfs_dir, c.key);
     c.key.fill(0);
     const keyZero = c.key.every((b) => b === 0);
-    const unmounted = unmountTmpfs(r.tmpfs_dir);
+    const unmounted = await this.d.mounter.unmount(r.tmpfs_dir);
     const removed = cgEmpty ? await removeGroup(r.cgroup) : false;
     const owned = processesOwnedBy(r.host_uid);
     const released = owned.pids.length === 0;

@@ -14,6 +14,7 @@ import { recoverCapsules } from './recovery.js';
 import { compilePolicy, loadPolicy, PolicyError } from './seccomp.js';
 import { prepareEtc } from './sandbox.js';
 import { startServer } from './server.js';
+import { Mounter } from './tmpfs.js';
 import { UidPool } from './uids.js';
 
 function fail(msg: string): never {
@@ -58,7 +59,8 @@ async function main(): Promise<void> {
   } catch (e) {
     fail(`cgroups: ${e instanceof CgroupError ? e.message : (e as Error).message}`);
   }
-  const lost = await recoverCapsules(config.stateDir, cgroups, systemClock, systemRandom);
+  const mounter = Mounter.start();
+  const lost = await recoverCapsules(config.stateDir, cgroups, mounter, systemClock, systemRandom);
   const facts = hostFacts(cgroups.mode, bwrap);
   const manager = new CapsuleManager({
     config,
@@ -68,6 +70,7 @@ async function main(): Promise<void> {
     random: systemRandom,
     host: facts,
     hostNamespaces: nsInodes('self'),
+    mounter,
     seccompPath,
   });
   const server = await startServer(config.socketPath, {

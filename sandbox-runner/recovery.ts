@@ -8,10 +8,10 @@ import { killGroup, removeGroup, type CgroupManager } from './cgroup.js';
 import { CAPSULE_ID_RE, capsulesDir, type CapsuleRecord } from './capsule.js';
 import type { Clock, Random } from './clock.js';
 import { recoverEgress } from './egress.js';
-import { isMounted, unmountTmpfs } from './tmpfs.js';
+import { isMounted, type Mounter } from './tmpfs.js';
 import { wipeTree } from './wipe.js';
 
-export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, clock: Clock, random: Random): Promise<LostCapsule[]> {
+export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, mounter: Mounter, clock: Clock, random: Random): Promise<LostCapsule[]> {
   const dir = capsulesDir(stateDir);
   const ids = new Set<string>();
   if (existsSync(dir)) {
@@ -41,7 +41,7 @@ export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, 
       const key = random.bytes(32);
       wipe = wipeTree(tmpfsDir, key).report;
       key.fill(0);
-      unmountTmpfs(tmpfsDir);
+      await mounter.unmount(tmpfsDir);
     }
     await removeGroup(paths);
     if (fresh.memory !== paths.memory) await removeGroup(fresh);
