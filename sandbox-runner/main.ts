@@ -85,6 +85,7 @@ async function main(): Promise<void> {
     server.close();
     void manager.shutdown().finally(() => {
       cgroups.removeSubtree();
+      mounter.close();
       process.exit(0);
     });
   };

@@ -57,9 +57,8 @@ export class Mounter {
           m.waiting.shift()?.(line);
         }
       });
-      h.unref();
-      (h.stdout as unknown as { unref?: () => void }).unref?.();
-      (h.stdin as unknown as { unref?: () => void }).unref?.();
+      // Not unref'd: a pending request (e.g. during start-up recovery) must keep the runner alive.
+      // The helper ends by itself when the runner goes away (EOF on its stdin).
       m.helper = h;
     } catch {
       m.helper = null;
