@@ -39,8 +39,8 @@ export interface EgressLimits {
 
 export const DEFAULT_LIMITS: EgressLimits = {
   connectTimeoutMs: 10_000,
-  headersTimeoutMs: 30_000,
-  idleTimeoutMs: 60_000,
+  headersTimeoutMs: 180_000, // non-streaming model APIs can think for minutes
+  idleTimeoutMs: 120_000,
   maxExchangeMs: 15 * 60_000,
   maxResponseBytes: 1024 * 1024 * 1024,
   maxInspectBytes: 8 * 1024 * 1024,
@@ -234,8 +234,13 @@ function send(
   const ureq: ClientRequest = target.scheme === 'https' ? httpsRequest(opts) : httpRequest(opts);
 
   const timers: NodeJS.Timeout[] = [];
-  const headersTimer = setTimeout(() => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })), L.headersTimeoutMs);
-  timers.push(headersTimer);
+  // The headers bound starts once the whole request is sent: a slow upload is not the upstream's delay.
+  let headersTimer: NodeJS.Timeout | undefined;
+  ureq.once('finish', () => {
+    if (done || status !== null) return;
+    headersTimer = setTimeout(() => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })), L.headersTimeoutMs);
+    timers.push(headersTimer);
+  });
   timers.push(setTimeout(() => abort('upstream_timeout', 504, 'exchange exceeded its time bound'), L.maxExchangeMs));
 
   const stopNow = () => { ureq.destroy(); sendError(res, 502, 'proxy_stopped', 'capsule egress stopped'); finish('proxy_stopped'); };
@@ -283,8 +288,9 @@ function send(
 
   ureq.on('socket', (sock) => {
     // A kept-alive socket finished its handshake long ago; only a fresh one gets the listener (else it leaks per request).
-    if (ureq.reusedSocket) secure = true;
-    else sock.once('secureConnect', () => { secure = true; });
+    // Once connected, the connect bound gives way to the idle bound (slow but live upstreams are fine).
+    if (ureq.reusedSocket) { secure = true; ureq.setTimeout(L.idleTimeoutMs); return; }
+    sock.once(target.scheme === 'https' ? 'secureConnect' : 'connect', () => { secure = true; ureq.setTimeout(L.idleTimeoutMs); });
   });
   ureq.on('timeout', () => ureq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
   ureq.on('error', (err: NodeJS.ErrnoException) => {
