@@ -2,6 +2,7 @@
 // curl, node and python3 as clients; destination policy; recording.
 import t from 'tap';
 import { startEgressProxy, type EgressEvent, type EgressRefusal } from '../../egress-proxy/index.js';
+import { jcs } from '../../egress-proxy/jcs.js';
 import { eventsOf, fakeResolver, makePki, run, sha512, startUpstreams, tempDir } from './fixtures.js';
 
 const pki = makePki(['api.egress.test', 'mcp.egress.test', 'other.egress.test', '127.0.0.1']);
@@ -9,6 +10,7 @@ const up = await startUpstreams(pki);
 const tmp = tempDir('egress-proxy-test-');
 const lookups: string[] = [];
 const events: EgressEvent[] = [];
+const allEvents: EgressEvent[] = [];
 const refusals: EgressRefusal[] = [];
 const P = up.ports;
 
@@ -36,7 +38,7 @@ const proxy = await startEgressProxy({
     'api.egress.test': '127.0.0.1', 'profile-only.egress.test': '127.0.0.1', 'decl-only.egress.test': '127.0.0.1',
     'unlisted-ip.egress.test': '127.0.0.2', 'meta.egress.test': '169.254.169.254',
   }, lookups),
-  onEvent: (e) => events.push(e),
+  onEvent: (e) => { events.push(e); allEvents.push(e); },
   onRefusal: (r) => refusals.push(r),
   limits: { headersTimeoutMs: 1500, maxResponseBytes: 8 * 1024 * 1024 },
 });
@@ -316,4 +318,15 @@ t.test('the Unix socket listener serves the same proxy (what the capsule relay c
   });
   t.equal(res.status, 200);
   t.equal(JSON.parse(res.body).n, 5);
+});
+
+t.test('every recorded event is trail-ready: a type, a CONTRACT timestamp, JCS-encodable, no seq (the recorder assigns it)', async (t) => {
+  t.ok(allEvents.length > 20);
+  for (const e of allEvents) {
+    t.match(e.at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/);
+    t.doesNotThrow(() => jcs(e));
+    t.notOk('seq' in e);
+  }
+  const types = new Set(allEvents.map((e) => e.type));
+  t.same([...types].sort(), ['SealedHttpRequest', 'StreamingEgressChunk', 'StreamingEgressCompleted', 'StreamingEgressStarted']);
 });
