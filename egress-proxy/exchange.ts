@@ -4,83 +4,15 @@
 import { createHash } from 'node:crypto';
 import { request as httpRequest, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import type { SecureContext, TLSSocket } from 'node:tls';
-import type { EgressEvent, EgressOutcome, EgressRefusal, Sha512, TlsMetadata } from './events.js';
+import type { TLSSocket } from 'node:tls';
+import type { EgressOutcome, TlsMetadata } from './events.js';
+import type { Runtime, Target } from './runtime.js';
 import { asSha512, canonicalRequest, requestCanonicalHash, sha512Jcs } from './hashing.js';
-import { denialBody, inspectBody, toolAllowed, type Inspection, type McpPolicy } from './mcp-policy.js';
+import { denialBody, inspectBody, toolAllowed, type Inspection } from './mcp-policy.js';
 import { mcpResult } from './mcp-result.js';
 import { MerkleAccumulator } from './merkle.js';
 import { StreamChunker } from './sse.js';
-import { classifyUpstreamError, tlsMetadata, type Pools } from './upstream.js';
-
-export interface EgressLimits {
-  /** TCP + TLS connect to the upstream. */
-  connectTimeoutMs: number;
-  /** From sending the request to the upstream's complete response headers (slow-loris bound). */
-  headersTimeoutMs: number;
-  /** Longest silence on the upstream socket once connected. */
-  idleTimeoutMs: number;
-  /** Whole exchange, streams included. */
-  maxExchangeMs: number;
-  /** Response bodies above this are refused (declared length) or cut (streamed). */
-  maxResponseBytes: number;
-  /** Request bodies buffered for MCP inspection up to this size. */
-  maxInspectBytes: number;
-  /** Response bytes kept to find an MCP tool result. */
-  maxMcpResultBytes: number;
-  /** Block size for non-SSE streamed responses. */
-  streamBlockBytes: number;
-  /** Cut an SSE event chunk longer than this. */
-  maxSseChunkBytes: number;
-  resolveTimeoutMs: number;
-  maxSocketsPerDestination: number;
-  caValidityHours: number;
-}
-
-export const DEFAULT_LIMITS: EgressLimits = {
-  connectTimeoutMs: 10_000,
-  headersTimeoutMs: 30_000,
-  idleTimeoutMs: 60_000,
-  maxExchangeMs: 15 * 60_000,
-  maxResponseBytes: 1024 * 1024 * 1024,
-  maxInspectBytes: 8 * 1024 * 1024,
-  maxMcpResultBytes: 4 * 1024 * 1024,
-  streamBlockBytes: 64 * 1024,
-  maxSseChunkBytes: 1024 * 1024,
-  resolveTimeoutMs: 5_000,
-  maxSocketsPerDestination: 64,
-  caValidityHours: 24,
-};
-
-export interface EgressClock {
-  /** RFC 3339 UTC, six fraction digits (CONTRACT.md section 1). */
-  nowIso(): string;
-  /** Monotonic milliseconds, for durations. */
-  monoMs(): number;
-}
-
-export interface Runtime {
-  mcpPolicy: McpPolicy | undefined;
-  limits: EgressLimits;
-  pools: Pools;
-  trust: SecureContext;
-  clock: EgressClock;
-  emit(e: EgressEvent): void;
-  refuse(r: Omit<EgressRefusal, 'at'>): void;
-  nextExchange(): number;
-  /** In-flight exchanges; stop() aborts each so their events are emitted before it resolves. */
-  inFlight: Set<() => void>;
-}
-
-/** Where an admitted request goes: the name the capsule asked for and the one address that was checked. */
-export interface Target {
-  scheme: 'http' | 'https';
-  host: string;
-  hostIsIp: boolean;
-  port: number;
-  /** The checked address, connected to as is. */
-  address: string;
-}
+import { classifyUpstreamError, tlsMetadata } from './upstream.js';
 
 const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate',
@@ -130,12 +62,32 @@ export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, 
   }
   const chunks: Buffer[] = [];
   let size = 0;
-  let overflowed = false;
+  let handedOff = false;
+  let firstByte = -1;
+  const streamRest = (inspection: Inspection) => {
+    handedOff = true;
+    req.off('data', onData);
+    req.pause();
+    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, Buffer.concat(chunks), req, inspection);
+  };
   const onData = (c: Buffer) => {
     chunks.push(c);
     size += c.length;
+    if (firstByte < 0) {
+      // Only a body whose first non-whitespace byte is "{" can be a single tools/call (JSON allows
+      // leading space, tab, CR, LF). Anything else is streamed at once: the classification is
+      // already certain (batch, or not a JSON-RPC object), so nothing is held back.
+      const i = c.findIndex((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
+      if (i >= 0) {
+        firstByte = c[i] as number;
+        if (firstByte !== 0x7b) {
+          streamRest(firstByte === 0x5b ? { kind: 'fail_open', reason: 'batch_array' } : { kind: 'fail_open', reason: 'malformed_envelope' });
+          return;
+        }
+      }
+    }
     if (size <= rt.limits.maxInspectBytes) return;
-    overflowed = true;
+    handedOff = true;
     req.off('data', onData);
     req.pause();
     if (rt.mcpPolicy) {
@@ -149,11 +101,11 @@ export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, 
       return;
     }
     // No tool policy: nothing to enforce, stream the rest through.
-    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, Buffer.concat(chunks), req, { kind: 'not_tools_call' });
+    streamRest({ kind: 'not_tools_call' });
   };
   req.on('data', onData);
   req.once('end', () => {
-    if (overflowed) return;
+    if (handedOff) return;
     const body = Buffer.concat(chunks);
     const inspection = inspectBody(body, encoding);
     if (inspection.kind === 'tools_call' && !toolAllowed(rt.mcpPolicy, inspection.toolName)) {
@@ -214,8 +166,13 @@ function send(
   const ureq: ClientRequest = target.scheme === 'https' ? httpsRequest(opts) : httpRequest(opts);
 
   const timers: NodeJS.Timeout[] = [];
-  const headersTimer = setTimeout(() => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })), L.headersTimeoutMs);
-  timers.push(headersTimer);
+  // The headers bound starts once the whole request is sent: a slow upload is not the upstream's delay.
+  let headersTimer: NodeJS.Timeout | undefined;
+  ureq.once('finish', () => {
+    if (done || status !== null) return;
+    headersTimer = setTimeout(() => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })), L.headersTimeoutMs);
+    timers.push(headersTimer);
+  });
   timers.push(setTimeout(() => abort('upstream_timeout', 504, 'exchange exceeded its time bound'), L.maxExchangeMs));
 
   const stopNow = () => { ureq.destroy(); sendError(res, 502, 'proxy_stopped', 'capsule egress stopped'); finish('proxy_stopped'); };
@@ -263,8 +220,9 @@ function send(
 
   ureq.on('socket', (sock) => {
     // A kept-alive socket finished its handshake long ago; only a fresh one gets the listener (else it leaks per request).
-    if (ureq.reusedSocket) secure = true;
-    else sock.once('secureConnect', () => { secure = true; });
+    // Once connected, the connect bound gives way to the idle bound (slow but live upstreams are fine).
+    if (ureq.reusedSocket) { secure = true; ureq.setTimeout(L.idleTimeoutMs); return; }
+    sock.once(target.scheme === 'https' ? 'secureConnect' : 'connect', () => { secure = true; ureq.setTimeout(L.idleTimeoutMs); });
   });
   ureq.on('timeout', () => ureq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
   ureq.on('error', (err: NodeJS.ErrnoException) => {

@@ -2,44 +2,18 @@
 // optional loopback TCP for tests), CONNECT tunnels terminated with the
 // per-capsule CA, absolute-URI plain HTTP, and the lifecycle.
 import { randomBytes } from 'node:crypto';
-import { lookup } from 'node:dns/promises';
 import { chmod, lstat, unlink } from 'node:fs/promises';
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
-import { admit, splitAuthority, type Resolver } from './admission.js';
+import { admit, splitAuthority } from './admission.js';
 import { formatIp, parseIp } from './address.js';
-import { compilePolicy, type Rule } from './allowlist.js';
+import { compilePolicy } from './allowlist.js';
 import { CapsuleCa, type KeyDestructionEvidence } from './ca.js';
-import type { EgressEvent, EgressRefusal } from './events.js';
-import { DEFAULT_LIMITS, forward, sendError, type EgressClock, type EgressLimits, type Runtime, type Target } from './exchange.js';
-import { checkMcpPolicy, type McpPolicy } from './mcp-policy.js';
+import { systemClock, systemResolver, validateConfig, type EgressProxyConfig } from './config.js';
+import { forward, sendError } from './exchange.js';
+import { DEFAULT_LIMITS, type EgressLimits, type Runtime, type Target } from './runtime.js';
 import { createPools, upstreamTrust } from './upstream.js';
-
-export interface EgressProxyConfig {
-  capsuleId: string;
-  /** Unix socket the capsule-side relay connects to (created 0600; a stale socket file is replaced). */
-  socketPath?: string;
-  /** Loopback TCP listener, for tests and benchmarks. Port 0 picks a free port. */
-  tcp?: { host: '127.0.0.1' | '::1'; port: number };
-  /** Runtime egress profile rules (validated again here; invalid config throws). */
-  profileRules: Rule[];
-  /** Capsulefile egress_declaration entries. */
-  declaration: string[];
-  /** Capsulefile mcp_policy; absent = unrestricted at tool level. */
-  mcpPolicy?: McpPolicy;
-  /** PEM of extra upstream trust anchors (the caller reads CAPSULE_EGRESS_EXTRA_CA). */
-  extraCaPem?: string;
-  resolver?: Resolver;
-  clock?: EgressClock;
-  /** Randomness for certificate serial numbers. */
-  random?: (n: number) => Uint8Array;
-  /** Activity events, in emission order. Must not throw (a throw is swallowed and counted). */
-  onEvent: (event: EgressEvent) => void;
-  /** Refused requests (not activity events): for operator logs/metrics. Carries no customer bytes. */
-  onRefusal?: (refusal: EgressRefusal) => void;
-  limits?: Partial<EgressLimits>;
-}
 
 export interface EgressProxy {
   /** PEM of the per-capsule CA: write it into the capsule's tmpfs and point the trust env variables at it. */
@@ -51,34 +25,6 @@ export interface EgressProxy {
   readonly droppedCallbackErrors: number;
   /** Closes the listeners and every connection, then destroys the CA and leaf keys. Idempotent. */
   stop(): Promise<KeyDestructionEvidence>;
-}
-
-const origin = performance.timeOrigin;
-/** Default wall/monotonic clock; RFC 3339 with six fraction digits (one time source for both parts). */
-export const systemClock: EgressClock = {
-  nowIso: () => {
-    const t = origin + performance.now();
-    const ms = Math.floor(t);
-    const micro = Math.min(999, Math.floor((t - ms) * 1000));
-    return `${new Date(ms).toISOString().slice(0, 23)}${String(micro).padStart(3, '0')}Z`;
-  },
-  monoMs: () => performance.now(),
-};
-
-export const systemResolver: Resolver = async (hostname) =>
-  (await lookup(hostname, { all: true, verbatim: true })).map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
-
-function validateConfig(c: EgressProxyConfig): void {
-  if (!c || typeof c !== 'object') throw new TypeError('egress proxy config: must be an object');
-  if (typeof c.capsuleId !== 'string' || c.capsuleId.length === 0) throw new TypeError('egress proxy config: capsuleId is required');
-  if (!c.socketPath && !c.tcp) throw new TypeError('egress proxy config: socketPath or tcp is required');
-  if (c.tcp && c.tcp.host !== '127.0.0.1' && c.tcp.host !== '::1') throw new TypeError('egress proxy config: tcp.host must be loopback');
-  if (typeof c.onEvent !== 'function') throw new TypeError('egress proxy config: onEvent is required');
-  if (!Array.isArray(c.profileRules) || !Array.isArray(c.declaration)) throw new TypeError('egress proxy config: profileRules and declaration must be arrays');
-  if (c.mcpPolicy !== undefined) {
-    const m = checkMcpPolicy(c.mcpPolicy);
-    if (!m.ok) throw new TypeError(`egress proxy config: ${m.message}`);
-  }
 }
 
 async function removeStaleSocket(path: string): Promise<void> {
@@ -117,7 +63,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
   const clock = config.clock ?? systemClock;
   const resolver = config.resolver ?? systemResolver;
   const random = config.random ?? ((n: number) => randomBytes(n));
-  const ca = new CapsuleCa({ capsuleId: config.capsuleId, random, nowMs: () => Date.now(), validityHours: limits.caValidityHours });
+  const ca = new CapsuleCa({ capsuleId: config.capsuleId, random, nowMs: () => Date.parse(clock.nowIso()), validityHours: limits.caValidityHours });
   const pools = createPools(limits.maxSocketsPerDestination);
   let exchanges = 0;
   let callbackErrors = 0;
@@ -139,7 +85,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
   const tunnels = new WeakMap<Socket, Target>();
 
   // Requests inside CONNECT tunnels (TLS-terminated or plain).
-  const inner = createHttpServer({ keepAliveTimeout: 30_000 }, (req, res) => {
+  const inner = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000, requestTimeout: limits.maxExchangeMs }, (req, res) => {
     const target = tunnels.get(req.socket);
     if (!target) { sendError(res, 500, 'internal', 'tunnel lost'); return; }
     // Host must name the CONNECT target: no domain fronting to another name behind the checked address.
@@ -153,7 +99,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
     forward(rt, req, res, target, path);
   });
 
-  const outer = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000 }, (req: IncomingMessage, res: ServerResponse) => {
+  const outer = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000, requestTimeout: limits.maxExchangeMs }, (req: IncomingMessage, res: ServerResponse) => {
     // Absolute-URI plain HTTP (HTTP_PROXY).
     let url: URL;
     try { url = new URL(req.url ?? ''); } catch { sendError(res, 400, 'bad_target', 'absolute http:// URI expected (this is a forward proxy)'); return; }
@@ -205,9 +151,10 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
           tunnels.set(tls, a.target);
           inner.emit('connection', tls);
         } else {
-          // Plain HTTP through a tunnel: forwarded as http to the same checked address.
-          tunnels.set(sock, { ...a.target, scheme: 'http' });
-          inner.emit('connection', sock);
+          // Only TLS is carried in tunnels (no raw TCP protocols); plain HTTP uses absolute-URI requests.
+          rt.refuse({ host: a.target.host, port: a.target.port, reason: 'unsupported', detail: 'non-TLS bytes in a CONNECT tunnel' });
+          const body = 'capsule egress: CONNECT tunnels carry TLS only; send plain HTTP as an absolute-URI request\n';
+          sock.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nx-capsule-egress-error: unsupported\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
         }
       };
       if (head.length > 0) start(head); else sock.once('data', start);
