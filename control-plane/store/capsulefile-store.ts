@@ -151,6 +151,9 @@ export class SqlCapsulefileStore implements CapsulefileStore {
     });
   }
 
+  // WARNING: a capsule row committed after the live-user count below (a create
+  // pinning this Capsulefile at the same moment) is not seen; see
+  // docs/CAPSULEFILE.md "Known limit". Proofs stay right: the capsule keeps the hash.
   async deleteCapsulefile(id: string): Promise<DeleteOutcome> {
     return this.em().transactional(async (em) => {
       if (!(await this.lock(em, id, null))) return 'missing';
