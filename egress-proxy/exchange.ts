@@ -7,10 +7,11 @@ import { request as httpsRequest } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import type { EgressOutcome, TlsMetadata } from './events.js';
 import type { Runtime, Target } from './runtime.js';
-import { asSha512, canonicalRequest, requestCanonicalHash, sha512Jcs } from './hashing.js';
+import { asSha512, canonicalRequest, requestCanonicalHash, sha512JcsOrNull } from './hashing.js';
 import { denialBody, inspectBody, toolAllowed, type Inspection } from './mcp-policy.js';
 import { mcpResult } from './mcp-result.js';
-import { MerkleAccumulator } from './merkle.js';
+import { MerkleAccumulator } from '../shared/proof/index.js';
+import { nodeCrypto } from '../shared/node/crypto-node.js';
 import { StreamChunker } from './sse.js';
 import { classifyUpstreamError, tlsMetadata } from './upstream.js';
 
@@ -205,7 +206,7 @@ function send(
         : mcpResult(status, respContentType, mcpChunks ? Buffer.concat(mcpChunks) : null, mcp.id);
       rt.emit({
         type: 'McpToolInvoked', at: s.startedAt, exchange: s.exchange, tool_name: mcp.toolName,
-        tool_args_hash: sha512Jcs(mcp.args), tool_result_hash: r.hash, duration_ms: duration, outcome: r.outcome,
+        tool_args_hash: sha512JcsOrNull(mcp.args), tool_result_hash: r.hash, duration_ms: duration, outcome: r.outcome,
         client_session_id: one(req.headers['mcp-session-id']) ?? null,
       });
     }
@@ -252,7 +253,7 @@ function send(
     const sse = respContentType?.toLowerCase().includes('text/event-stream') ?? false;
     streamed = sse || /chunked/i.test(one(ures.headers['transfer-encoding']) ?? '');
     if (streamed) {
-      merkle = new MerkleAccumulator();
+      merkle = new MerkleAccumulator(nodeCrypto);
       const m = merkle;
       rt.emit({ type: 'StreamingEgressStarted', at: rt.clock.nowIso(), exchange: s.exchange, host: target.host, port: target.port, status, framing: sse ? 'sse' : 'blocks' });
       chunker = new StreamChunker({ sse, maxChunkBytes: sse ? L.maxSseChunkBytes : L.streamBlockBytes }, (c) => {

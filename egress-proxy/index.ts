@@ -19,4 +19,3 @@ export { checkMcpPolicy } from './mcp-policy.js';
 export type { McpPolicy } from './mcp-policy.js';
 // Hash definitions a verifier or the recorder may need to recompute.
 export { CANONICAL_HEADERS, canonicalRequest, requestCanonicalHash } from './hashing.js';
-export { merkleRootSha512 } from './merkle.js';

@@ -2,7 +2,7 @@
 // curl, node and python3 as clients; destination policy; recording.
 import t from 'tap';
 import { startEgressProxy, type EgressEvent, type EgressRefusal } from '../../egress-proxy/index.js';
-import { jcs } from '../../egress-proxy/jcs.js';
+import { canonicalize as jcs } from '../../shared/proof/index.js';
 import { eventsOf, fakeResolver, makePki, run, sha512, startUpstreams, tempDir } from './fixtures.js';
 
 const pki = makePki(['api.egress.test', 'mcp.egress.test', 'other.egress.test', '127.0.0.1']);
@@ -288,7 +288,7 @@ t.test('streamed (chunked) response: Started, per-block Chunk hashes, Completed 
   events.length = 0;
   const r = await run('curl', ['-sS', '--max-time', '20', '--proxy', proxyUrl, '--cacert', caFile, `https://api.egress.test:${P.https}/stream`], {});
   t.equal(r.code, 0);
-  const { merkleRootSha512 } = await import('../../egress-proxy/index.js');
+  const { merkleRoot } = await import('../../shared/proof/index.js');
   const bodyBytes = Buffer.concat([Buffer.alloc(70000, 1), Buffer.alloc(10, 2)]);
   const started = eventsOf(events, 'StreamingEgressStarted');
   const chunks = eventsOf(events, 'StreamingEgressChunk');
@@ -298,7 +298,7 @@ t.test('streamed (chunked) response: Started, per-block Chunk hashes, Completed 
   const blocks = [bodyBytes.subarray(0, 65536), bodyBytes.subarray(65536)];
   t.same(chunks.map((c) => c.chunk_hash), blocks.map((b) => sha512(b)));
   const digests = blocks.map((b) => Buffer.from(sha512(b).slice(7), 'hex'));
-  t.equal(done?.merkle_root, `sha512:${merkleRootSha512(digests).toString('hex')}`);
+  t.equal(done?.merkle_root, `sha512:${Buffer.from(merkleRoot(digests)).toString('hex')}`);
   t.equal(done?.total_bytes, bodyBytes.length);
   const sealed = eventsOf(events, 'SealedHttpRequest')[0];
   t.equal(sealed?.streamed, true);
