@@ -186,7 +186,7 @@ export class CapsuleManager {
       // The record goes first so that a crash from here on is found by recovery.
       writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
       mkdirSync(tmpfsDir, { mode: 0o711 });
-      await this.d.mounter.mount(tmpfsDir, config.bounds.tmpfsMb);
+      await this.d.mounter.mount(tmpfsDir, config.bounds.tmpfsMb, config.bounds.tmpfsInodes);
       mounted = true;
       for (const sub of ['input', 'output', 'tmp']) {
         mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
