@@ -40,6 +40,13 @@ t.test('capsule lifecycle over the socket', async (t) => {
   t.match(first.executed_at, /\.\d{6}Z$/);
   t.ok(first.duration_ms > 0);
 
+  // Values reach the sandbox verbatim through the argfile quoting (no shell expansion on the host side).
+  const tricky = `it's "q" $(id) \`id\` ;\nnext line \\ end`;
+  const quoted = await c.exec({ capsule_id: 'life-1', command: 'printf %s "$TRICKY"', env: { TRICKY: tricky }, timeout_ms: 10000 });
+  t.equal(quoted.stdout, tricky);
+  const cmdq = await c.exec({ capsule_id: 'life-1', command: "echo 'single' \"double\" $((1+1))", timeout_ms: 10000 });
+  t.equal(cmdq.stdout, 'single double 2\n');
+
   const second = await c.exec({ capsule_id: 'life-1', command: 'cat /tmp/keep; exit 7', timeout_ms: 10000 });
   t.equal(second.stdout, 'kept\n', 'files persist across execs');
   t.equal(second.exit_code, 7);
