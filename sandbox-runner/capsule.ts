@@ -325,7 +325,7 @@ export class CapsuleManager {
       try {
         if (input) {
           try {
-            writeFileInto(input.dir, input.name, input.bytes, c.record.host_uid, 'input_filename');
+            writeFileInto(input.dir, input.name, input.bytes, c.record.host_uid, 'input_filename', false);
           } finally {
             input.bytes.fill(0);
           }
@@ -364,8 +364,10 @@ export class CapsuleManager {
       } finally {
         c.abortRunning = null;
         c.running--;
-        // Start the next exec's wrapper now, after the sweep, off the next exec's critical path.
-        if (c.state === 'live' && !c.prepared) c.prepared = this.prepare(c);
+        // Start the next exec's wrapper after the sweep, once this result is on its way (spawn is synchronous).
+        setImmediate(() => {
+          if (c.state === 'live' && !c.prepared && c.running === 0) c.prepared = this.prepare(c);
+        });
       }
     };
     const p = c.queue.then(run, run);
