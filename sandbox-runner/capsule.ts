@@ -418,6 +418,7 @@ export class CapsuleManager {
         maxOutputBytes: 1024,
         clock: this.d.clock,
         observe: (o) => this.observe(c, o),
+        observeKind: 'destroy_probe',
       }).catch(() => undefined);
     }
     await this.dropPrepared(c);

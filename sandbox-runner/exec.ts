@@ -23,6 +23,8 @@ export interface ExecOutcome {
 }
 
 export interface SandboxObservation {
+  /** first_exec: the capsule's first command; destroy_probe: `true` run at destroy because none ran. */
+  kind: 'first_exec' | 'destroy_probe';
   at: string;
   pid: number;
   namespaces: Partial<Record<NsName, string>>;
@@ -49,6 +51,7 @@ export interface ExecParams {
   clock: Clock;
   /** Called with the sandbox's namespaces/mounts when bwrap reports its child pid. */
   observe?: (o: SandboxObservation) => void;
+  observeKind?: SandboxObservation['kind'];
   /** Lets the caller (destroy) abort the exec: kills the whole group. */
   onStart?: (abort: () => void) => void;
 }
@@ -148,7 +151,7 @@ export function runExec(p: ExecParams): Promise<ExecOutcome> {
             return;
           }
           try {
-            if (blockedOnFd(pid, BLOCK_FD)) p.observe?.({ at: p.clock.iso(), pid, namespaces: nsInodes(pid), mounts: mountinfoOf(pid) });
+            if (blockedOnFd(pid, BLOCK_FD)) p.observe?.({ kind: p.observeKind ?? 'first_exec', at: p.clock.iso(), pid, namespaces: nsInodes(pid), mounts: mountinfoOf(pid) });
           } catch {
             /* observation is best effort; absence is reported as such */
           }

@@ -110,7 +110,9 @@ t.test('destroy of a capsule that never ran still observes its sandbox', async (
   t.teardown(() => r.stop());
   await r.client.create({ capsule_id: 'idle', memory_mb: 64 });
   const d = await r.client.destroy('idle');
-  t.equal((d.evidence[0] as { all_required_distinct: boolean }).all_required_distinct, true);
+  const ns = d.evidence[0] as { all_required_distinct: boolean; observations: { observed_during: string }[] };
+  t.equal(ns.all_required_distinct, true);
+  t.equal(ns.observations[0]?.observed_during, 'destroy_probe', 'says how it was observed');
 });
 
 t.test('errors surface as RunnerError', async (t) => {
