@@ -15,7 +15,7 @@ function jcs(v: unknown): string {
 }
 
 // The vectors live beside the contract; the repository may carry a copy.
-const VECTORS = [new URL('../../../test/vectors/merkle.json', import.meta.url).pathname, '/work/shared/cdp/vectors/merkle.json'].find((p) => existsSync(p));
+const VECTORS = [new URL('../../../test/data/cdp-vectors/merkle.json', import.meta.url).pathname, '/work/shared/cdp/vectors/merkle.json'].find((p) => existsSync(p));
 
 t.test('matches the golden merkle vectors', { skip: VECTORS ? false : 'no merkle vectors on this machine' }, async (t) => {
   const doc = JSON.parse(readFileSync(VECTORS!, 'utf8')) as { cases: { events: unknown[]; activity_root: string }[] };
