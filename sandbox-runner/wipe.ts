@@ -29,21 +29,33 @@ export interface WipeOutcome {
   errors: string[];
 }
 
-/** Relative paths of regular files (by lstat type) under dir, sorted for a stable leaf order. */
-function listFiles(dir: string, rel = '', out: string[] = [], counts = { other: 0 }): { files: string[]; other: number } {
-  let entries;
-  try {
-    entries = readdirSync(join(dir, rel), { withFileTypes: true });
-  } catch {
-    return { files: out, other: counts.other };
+/**
+ * Relative paths of regular files (by lstat type) under dir, sorted for a
+ * stable leaf order. Directories that cannot be read (e.g. paths beyond
+ * PATH_MAX) are reported, so the wipe never claims a tree it did not see.
+ */
+function listFiles(dir: string): { files: string[]; other: number; unreadable: string[] } {
+  const files: string[] = [];
+  const unreadable: string[] = [];
+  let other = 0;
+  const stack = [''];
+  while (stack.length > 0) {
+    const rel = stack.pop()!;
+    let entries;
+    try {
+      entries = readdirSync(join(dir, rel), { withFileTypes: true });
+    } catch (e) {
+      unreadable.push(`${rel || '.'}: ${(e as NodeJS.ErrnoException).code ?? 'error'}`);
+      continue;
+    }
+    for (const e of entries) {
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) stack.push(r);
+      else if (e.isFile()) files.push(r);
+      else other++;
+    }
   }
-  for (const e of entries) {
-    const r = rel ? `${rel}/${e.name}` : e.name;
-    if (e.isDirectory()) listFiles(dir, r, out, counts);
-    else if (e.isFile()) out.push(r);
-    else counts.other++;
-  }
-  return { files: out.sort(), other: counts.other };
+  return { files: files.sort(), other, unreadable };
 }
 
 function writeFull(fd: number, buf: Buffer, len: number, pos: number): void {
@@ -66,12 +78,12 @@ function readFull(fd: number, buf: Buffer, len: number, pos: number): number {
  * only as the keystream key of the random pass (the caller zeroizes it).
  */
 export function wipeTree(root: string, key: Buffer): WipeOutcome {
-  const { files, other } = listFiles(root);
+  const { files, other, unreadable } = listFiles(root);
   const leaves: Buffer[] = [];
   const readBuf = Buffer.allocUnsafe(REGION_BYTES);
-  const errors: string[] = [];
+  const errors: string[] = unreadable.map((u) => `unreadable directory ${u}`);
   let bytes = 0;
-  let verified = true;
+  let verified = unreadable.length === 0;
   let skipped = other;
   let wiped = 0;
   files.forEach((rel, fileIndex) => {
