@@ -36,6 +36,10 @@ export interface Config {
   systemCapsulefilesDir: string;
   /** Per-tier ceiling of a capsule's memory_mb (policies/capsule-memory.yaml). */
   memoryCeilingsMb: Record<'free' | 'starter' | 'business' | 'enterprise', number>;
+  /** Extra upstream trust anchors for sealed egress (PEM read from the file CAPSULE_EGRESS_EXTRA_CA); null = system roots only. */
+  egressExtraCaPem: string | null;
+  /** Directory of the per-capsule egress proxy sockets; must be reachable by the runner (CAPSULE_EGRESS_SOCKET_DIR, default <dataDir>/egress). */
+  egressSocketDir: string;
 }
 
 export class ConfigError extends Error {}
@@ -93,6 +97,18 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   } catch (e) {
     throw new ConfigError(`CAPSULE_MEMORY_FILE (${memoryFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
   }
+  let egressExtraCaPem: string | null = null;
+  if (env.CAPSULE_EGRESS_EXTRA_CA) {
+    try {
+      egressExtraCaPem = readFileSync(env.CAPSULE_EGRESS_EXTRA_CA, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`CAPSULE_EGRESS_EXTRA_CA (${env.CAPSULE_EGRESS_EXTRA_CA}): ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (!egressExtraCaPem.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError(`CAPSULE_EGRESS_EXTRA_CA (${env.CAPSULE_EGRESS_EXTRA_CA}): no PEM certificate in the file`);
+  }
+  const egressSocketDir = resolve(env.CAPSULE_EGRESS_SOCKET_DIR ?? resolve(dataDir, 'egress'));
+  // A Unix socket path is limited to 107 bytes; leave room for "/cap_<24 hex>.sock".
+  if (egressSocketDir.length > 70) throw new ConfigError(`CAPSULE_EGRESS_SOCKET_DIR (${egressSocketDir}): at most 70 characters (Unix socket path limit)`);
   const port = portRaw;
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
@@ -117,6 +133,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     version: env.npm_package_version ?? '0.1.0',
     systemCapsulefilesDir: env.CAPSULE_SYSTEM_CAPSULEFILES_DIR ?? policy('system-capsulefiles'),
     memoryCeilingsMb,
+    egressExtraCaPem,
+    egressSocketDir,
   };
 }
 
