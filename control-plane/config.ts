@@ -1,5 +1,6 @@
 // The one place that reads process.env: read once at start into a typed,
 // validated object. Everything else receives a Config.
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -106,9 +107,17 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     }
     if (!egressExtraCaPem.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError(`CAPSULE_EGRESS_EXTRA_CA (${env.CAPSULE_EGRESS_EXTRA_CA}): no PEM certificate in the file`);
   }
-  const egressSocketDir = resolve(env.CAPSULE_EGRESS_SOCKET_DIR ?? resolve(dataDir, 'egress'));
   // A Unix socket path is limited to 107 bytes; leave room for "/cap_<24 hex>.sock".
-  if (egressSocketDir.length > 70) throw new ConfigError(`CAPSULE_EGRESS_SOCKET_DIR (${egressSocketDir}): at most 70 characters (Unix socket path limit)`);
+  const SOCKET_DIR_MAX = 70;
+  let egressSocketDir: string;
+  if (env.CAPSULE_EGRESS_SOCKET_DIR) {
+    egressSocketDir = resolve(env.CAPSULE_EGRESS_SOCKET_DIR);
+    if (egressSocketDir.length > SOCKET_DIR_MAX) throw new ConfigError(`CAPSULE_EGRESS_SOCKET_DIR (${egressSocketDir}): at most ${SOCKET_DIR_MAX} characters (Unix socket path limit)`);
+  } else {
+    egressSocketDir = resolve(dataDir, 'egress');
+    // A deep data dir would not fit: fall back to a short per-data-dir directory under /tmp (created 0700).
+    if (egressSocketDir.length > SOCKET_DIR_MAX) egressSocketDir = `/tmp/capsule-egress-${createHash('sha256').update(dataDir).digest('hex').slice(0, 16)}`;
+  }
   const port = portRaw;
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
