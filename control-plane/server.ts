@@ -47,7 +47,7 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
   const random = opts.random ?? systemRandom;
   const { store, capsulefiles, egressProfiles } = await openStores(config.database);
   const egress = new ProxyEgress({
-    socketDir: config.egressSocketDir, extraCaPem: config.egressExtraCaPem, ...opts.egress,
+    socketDir: config.egressSocketDir, extraCaPem: config.egressExtraCaPem, random, ...opts.egress,
     // Refusals carry host, port and reason only (no customer bytes).
     onRefusal: (capsuleId, r) => logger.info({ capsule_id: capsuleId, host: r.host, port: r.port, reason: r.reason }, 'egress refused'),
   });

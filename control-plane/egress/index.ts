@@ -18,6 +18,8 @@ export interface ProxyEgressOptions {
   resolver?: Resolver;
   /** Proxy bounds (tests shorten the slow-loris timeout). */
   limits?: Partial<EgressLimits>;
+  /** Randomness for certificate serials (the control plane's injected source). */
+  random?: (n: number) => Uint8Array;
   /** Refusals (no customer bytes) for operator logs. */
   onRefusal?: (capsuleId: string, r: EgressRefusal) => void;
 }
@@ -51,6 +53,8 @@ export class ProxyEgress implements EgressLauncher {
       ...(this.o.extraCaPem !== null ? { extraCaPem: this.o.extraCaPem } : {}),
       ...(this.o.resolver ? { resolver: this.o.resolver } : {}),
       ...(this.o.limits ? { limits: this.o.limits } : {}),
+      // WARNING: the proxy keeps its own real-time clock: it also dates the capsule CA, which a fake clock would break.
+      ...(this.o.random ? { random: this.o.random } : {}),
       onEvent: (e: EgressEvent) => onEvent(e as unknown as EgressActivity),
       onRefusal: (r) => this.o.onRefusal?.(spec.capsuleId, r),
     });
