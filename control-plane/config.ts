@@ -35,12 +35,12 @@ export interface Config {
   version: string;
   /** Source directories of the service-published reference Capsulefiles. */
   systemCapsulefilesDir: string;
-  /** Per-tier ceiling of a capsule's memory_mb (policies/capsule-memory.yaml). */
-  memoryCeilingsMb: Record<'free' | 'starter' | 'business' | 'enterprise', number>;
   /** Extra upstream trust anchors for sealed egress (PEM read from the file CAPSULE_EGRESS_EXTRA_CA); null = system roots only. */
   egressExtraCaPem: string | null;
   /** Directory of the per-capsule egress proxy sockets; must be reachable by the runner (CAPSULE_EGRESS_SOCKET_DIR, default <dataDir>/egress). */
   egressSocketDir: string;
+  /** Per-tier Capsulefile limits (policies/capsulefile-tier-limits.yaml). */
+  capsulefileLimits: Record<'free' | 'starter' | 'business' | 'enterprise', { max_memory_mb: number; max_capsulefiles: number | null }>;
 }
 
 export class ConfigError extends Error {}
@@ -90,13 +90,13 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   } catch (e) {
     throw new ConfigError(`CAPSULE_TIERS_FILE (${tiersFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
   }
-  const memoryFile = env.CAPSULE_MEMORY_FILE ?? policy('capsule-memory.yaml');
-  let memoryCeilingsMb: Config['memoryCeilingsMb'];
+  const cfLimitsFile = env.CAPSULE_CAPSULEFILE_LIMITS_FILE ?? policy('capsulefile-tier-limits.yaml');
+  let capsulefileLimits: Config['capsulefileLimits'];
   try {
-    const mb = z.number().int().min(16).max(1024 * 1024);
-    memoryCeilingsMb = z.strictObject({ free: mb, starter: mb, business: mb, enterprise: mb }).parse(parseYaml(readFileSync(memoryFile, 'utf8')));
+    const row = z.strictObject({ max_memory_mb: z.number().int().min(16).max(1024 * 1024), max_capsulefiles: z.number().int().positive().nullable() });
+    capsulefileLimits = z.strictObject({ free: row, starter: row, business: row, enterprise: row }).parse(parseYaml(readFileSync(cfLimitsFile, 'utf8')));
   } catch (e) {
-    throw new ConfigError(`CAPSULE_MEMORY_FILE (${memoryFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
+    throw new ConfigError(`CAPSULE_CAPSULEFILE_LIMITS_FILE (${cfLimitsFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
   }
   let egressExtraCaPem: string | null = null;
   if (env.CAPSULE_EGRESS_EXTRA_CA) {
@@ -141,9 +141,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     logLevel: env.LOG_LEVEL ?? 'info',
     version: env.npm_package_version ?? '0.1.0',
     systemCapsulefilesDir: env.CAPSULE_SYSTEM_CAPSULEFILES_DIR ?? policy('system-capsulefiles'),
-    memoryCeilingsMb,
     egressExtraCaPem,
     egressSocketDir,
+    capsulefileLimits,
   };
 }
 

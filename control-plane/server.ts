@@ -52,7 +52,7 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
     onRefusal: (capsuleId, r) => logger.info({ capsule_id: capsuleId, host: r.host, port: r.port, reason: r.reason }, 'egress refused'),
   });
   const deps = {
-    store, capsulefiles, egressProfiles, egress, baseImage: opts.baseImage ?? new HostBaseImage(), memoryCeilingsMb: config.memoryCeilingsMb, runner, clock, random, tiers: new TierTable(config.paidTiers),
+    store, capsulefiles, egressProfiles, egress, baseImage: opts.baseImage ?? new HostBaseImage(), capsulefileLimits: config.capsulefileLimits, runner, clock, random, tiers: new TierTable(config.paidTiers),
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile), region: config.region, log: logger,
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };
