@@ -8,16 +8,10 @@ import { groupPids, killGroup, oomKills, procsFiles, signalGroup, type CapsuleCg
 import type { Clock } from './clock.js';
 import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
 import { argFileText, BLOCK_FD, GO_FD, INFO_FD, sandboxArgv, wrapperArgv, type SandboxSpec } from './sandbox.js';
+import type { ExecResult } from '../shared/runner-protocol.js';
 
-export interface ExecOutcome {
-  stdout: string;
-  stderr: string;
-  stdout_truncated: boolean;
-  stderr_truncated: boolean;
-  exit_code: number;
-  duration_ms: number;
-  timed_out: boolean;
-  oom_killed: boolean;
+/** The wire result less its timestamp (stamped by the caller), plus what the sweep found. */
+export interface ExecOutcome extends Omit<ExecResult, 'executed_at'> {
   /** Processes still in the group after the exec ended, before the sweep killed them. */
   leftover_killed: number;
 }

@@ -140,13 +140,7 @@ function buildRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
     activity_root: activityRootOf(h, input.activity),
     ...managedMembers(key),
   };
-  dropUndefined(doc);
-  const canonical = seal(h, doc, key, keyId);
-  doc['canonical_hash'] = canonical;
-  doc['activity'] = input.activity;
-  doc['evidence'] = input.evidence;
-  if (input.internal !== undefined) doc['internal'] = input.internal;
-  return doc as unknown as AuditRecord;
+  return finishRecord(h, doc, key, keyId, input, input.evidence);
 }
 
 function buildPartialRecord(input: PartialRecordInput, key: SigningKeyMaterial): AuditRecord {
@@ -164,11 +158,18 @@ function buildPartialRecord(input: PartialRecordInput, key: SigningKeyMaterial):
     activity_root: activityRootOf(h, input.activity),
     ...managedMembers(key),
   };
+  return finishRecord(h, doc, key, keyId, input, []);
+}
+
+/** Signs the view of `doc`, then adds the record-only members (never signed directly: bound through activity_root). */
+function finishRecord(
+  h: Hasher, doc: Record<string, unknown>, key: SigningKeyMaterial, keyId: string,
+  input: { activity: ActivityEvent[]; internal?: Record<string, unknown> }, evidence: Record<string, unknown>[],
+): AuditRecord {
   dropUndefined(doc);
-  const canonical = seal(h, doc, key, keyId);
-  doc['canonical_hash'] = canonical;
+  doc['canonical_hash'] = seal(h, doc, key, keyId);
   doc['activity'] = input.activity;
-  doc['evidence'] = [];
+  doc['evidence'] = evidence;
   if (input.internal !== undefined) doc['internal'] = input.internal;
   return doc as unknown as AuditRecord;
 }
