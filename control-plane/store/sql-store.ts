@@ -6,7 +6,7 @@ import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ApiError } from '../../shared/errors.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 import type {
-  Account, Capsule, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
+  ActivitySide, Account, Capsule, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
   NewAccount, ReserveOutcome, Store, StoredProof, Tier,
 } from '../domain/index.js';
 import {
@@ -140,7 +140,7 @@ export class SqlStore implements Store {
   }
 
   // ---- capsules
-  async insertCapsule(c: Capsule): Promise<void> {
+  async insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<void> {
     const row: CapsuleRow = {
       id: c.id, customer_id: c.customer_id, status: c.status, api_form: c.api_form, ttl_seconds: c.ttl_seconds,
       created_at: c.created_at, expires_at: c.expires_at, data_classification: c.data_classification,
@@ -148,7 +148,12 @@ export class SqlStore implements Store {
       execution_count: c.execution_count, bytes_processed: c.bytes_processed, destroyed_at: c.destroyed_at,
       billable: c.billable ? 1 : 0, activity_seq: 0,
     };
-    try { await this.em().insert(CapsuleEntity, row); } catch (e) { conflict(e, 'id: capsule id already exists'); }
+    try {
+      await this.em().transactional(async (em) => {
+        await em.insert(CapsuleEntity, { ...row, activity_seq: 1 });
+        await em.insert(ActivityEntity, { capsule_id: c.id, seq: 1, type: first.type, at: first.at, fields: JSON.stringify(first.fields) });
+      });
+    } catch (e) { conflict(e, 'id: capsule id already exists'); }
   }
 
   async getCapsule(id: string): Promise<Capsule | null> {
@@ -192,14 +197,17 @@ export class SqlStore implements Store {
   }
 
   // ---- activity
-  async appendActivity(capsuleId: string, type: string, at: string, fields: Record<string, unknown>): Promise<ActivityEvent> {
+  async appendActivity(capsuleId: string, type: string, at: string, fields: Record<string, unknown>, side: ActivitySide = {}): Promise<ActivityEvent> {
     // The seq counter row is locked by the UPDATE until commit: exact order under concurrency.
     return this.em().transactional(async (em) => {
-      const n = await this.run('update "capsules" set "activity_seq" = "activity_seq" + 1 where "id" = ?', [capsuleId], em);
+      const n = await this.run(
+        'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ?',
+        [side.executions ?? 0, side.bytes ?? 0, capsuleId], em);
       if (n !== 1) throw new ApiError('resource_not_found', 'capsule not found');
       const row = await em.findOne(CapsuleEntity, { id: capsuleId }, { fields: ['activity_seq'], refresh: true });
       const seq = num(row?.activity_seq);
       await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
+      if (side.move) await em.nativeUpdate(CapsuleEntity, { id: capsuleId, status: { $in: [...side.move.from] } }, { status: side.move.to });
       return { seq, type, at, ...fields };
     });
   }
