@@ -15,11 +15,14 @@ export interface CryptoProvider {
   ed25519Verify(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
   /** Optional fast path: lower-case hex SHA-512 of the UTF-8 of `text`. */
   sha512Utf8Hex?(text: string): string;
+  /** Optional fast path: lower-case hex SHA-512 of bytes. */
+  sha512Hex?(data: Uint8Array): string;
 }
 
 /** The provider with both primitives filled in, as the proof code uses it. */
 export interface Hasher {
   sha512(data: Uint8Array): Uint8Array;
+  sha512Hex(data: Uint8Array): string;
   sha512Utf8Hex(text: string): string;
   ed25519Verify(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
 }
@@ -42,10 +45,12 @@ const cache = new WeakMap<CryptoProvider, Hasher>();
 export function hasher(provider: CryptoProvider = nobleCrypto): Hasher {
   let h = cache.get(provider);
   if (!h) {
-    const fast = provider.sha512Utf8Hex?.bind(provider);
+    const fastText = provider.sha512Utf8Hex?.bind(provider);
+    const fastHex = provider.sha512Hex?.bind(provider);
     h = {
       sha512: (d) => provider.sha512(d),
-      sha512Utf8Hex: fast ?? ((t) => toHex(provider.sha512(utf8(t)))),
+      sha512Hex: fastHex ?? ((d) => toHex(provider.sha512(d))),
+      sha512Utf8Hex: fastText ?? ((t) => toHex(provider.sha512(utf8(t)))),
       ed25519Verify: (s, m, k) => provider.ed25519Verify(s, m, k),
     };
     cache.set(provider, h);

@@ -64,18 +64,47 @@ function serializeArray(arr: unknown[], depth: number): string {
   return out + ']';
 }
 
+// Quoted member names repeat across documents ("step", "chain_hash", ...).
+const quotedKeys = new Map<string, string>();
+const QUOTED_KEYS_MAX = 4096;
+
+function quoteKey(k: string): string {
+  let q = quotedKeys.get(k);
+  if (q === undefined) {
+    q = JSON.stringify(k) + ':';
+    if (quotedKeys.size < QUOTED_KEYS_MAX) quotedKeys.set(k, q);
+  }
+  return q;
+}
+
+/** Sorts member names by UTF-16 code units (`<` on strings compares code units). */
+function sortKeys(keys: string[]): string[] {
+  if (keys.length > 24) return keys.sort();
+  for (let i = 1; i < keys.length; i++) {
+    const k = keys[i]!;
+    let j = i - 1;
+    while (j >= 0 && keys[j]! > k) {
+      keys[j + 1] = keys[j]!;
+      j--;
+    }
+    keys[j + 1] = k;
+  }
+  return keys;
+}
+
 function serializeObject(obj: Record<string, unknown>, depth: number): string {
   const proto = Object.getPrototypeOf(obj);
   if (proto !== Object.prototype && proto !== null) throw new JcsError('only plain objects are JSON data');
-  const keys = Object.keys(obj).sort();
+  const keys = sortKeys(Object.keys(obj));
   let out = '{';
   let first = true;
-  for (const k of keys) {
+  for (let i = 0; i < keys.length; i++) {
+    const k = keys[i]!;
     const v = obj[k];
     if (v === undefined) continue; // absent, as in JSON.stringify
     if (!first) out += ',';
     first = false;
-    out += JSON.stringify(k) + ':' + serialize(v, depth);
+    out += quoteKey(k) + serialize(v, depth);
   }
   return out + '}';
 }

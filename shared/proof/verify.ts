@@ -29,7 +29,8 @@ const ED25519_SIGNATURE_BYTES = 64;
 
 /** RFC 3339 UTC with six fraction digits, e.g. 2026-11-21T22:05:00.123000Z. */
 export function systemNow(): string {
-  return new Date().toISOString().replace(/Z$/, '000Z');
+  const iso = new Date().toISOString(); // ...T22:05:00.123Z
+  return iso.slice(0, -1) + '000Z';
 }
 
 interface Failed { stage: number; type: FailureType; reason: string }

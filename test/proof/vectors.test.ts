@@ -86,3 +86,31 @@ t.test('webhook vector', async (t) => {
   const rotated = `${w.header},v1=${'0'.repeat(64)}`;
   t.equal(verifyWebhookSignature(rotated, w.secret, w.body, w.timestamp).ok, true, 'any matching v1 value');
 });
+
+t.test('providers agree on edge keys and signatures', async (t) => {
+  const doc = readJson('proofs/valid-2.1-record.json').document;
+  const msg = utf8(doc.canonical_hash.slice(7));
+  const key = Uint8Array.from(Buffer.from(doc.attestation.public_key.slice(7), 'base64'));
+  const sig = Uint8Array.from(Buffer.from(doc.attestation.signature.slice(7), 'base64'));
+  const all = (s: Uint8Array, m: Uint8Array, k: Uint8Array) => providers.map(([, p]) => p.ed25519Verify(s, m, k));
+  t.same(all(sig, msg, key), [true, true, true], 'valid signature');
+  // S + L: the same signature in non-canonical form; RFC 8032 strict verification rejects it.
+  const L = 2n ** 252n + 27742317777372353535851937790883648493n;
+  let s = 0n;
+  for (let i = 63; i >= 32; i--) s = (s << 8n) | BigInt(sig[i]!);
+  const s2 = s + L;
+  const mall = Uint8Array.from(sig);
+  let x = s2;
+  for (let i = 32; i < 64; i++) { mall[i] = Number(x & 0xffn); x >>= 8n; }
+  if (x === 0n) t.same(all(mall, msg, key), [false, false, false], 'non-canonical S rejected by every provider');
+  for (let i = 0; i < 50; i++) {
+    const k = Uint8Array.from(Buffer.from(randomBytesHex(32), 'hex'));
+    t.same(all(sig, msg, k), [false, false, false], 'random 32-byte key (often not a curve point)');
+  }
+  t.same(all(sig, msg, new Uint8Array(32)), [false, false, false], 'all-zero key');
+  t.same(all(new Uint8Array(64), msg, key), [false, false, false], 'all-zero signature');
+});
+
+function randomBytesHex(n: number): string {
+  return Array.from({ length: n }, () => Math.floor(Math.random() * 256).toString(16).padStart(2, '0')).join('');
+}

@@ -1,0 +1,108 @@
+// npm run bench:verify — proofs verified per second on one core for the 2.1
+// record vector, beside the bare node:crypto Ed25519 verify rate measured in
+// the same run (the floor: one signature check per proof), and a multi-core
+// JSON-lines batch figure. Prints figures; asserts nothing.
+//
+// Each configuration runs in a fresh worker thread (so call sites stay as
+// monomorphic as in the CLI) and alternates short blocks of bare verifies and
+// full verifications, so that load from other processes hits both alike.
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { availableParallelism, cpus } from 'node:os';
+import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
+import { createPublicKey, verify as nodeVerify } from 'node:crypto';
+import { verifyProof, nobleCrypto, fromBase64, type CryptoProvider } from '../shared/proof/index.js';
+import { createNodeCrypto, NODE_KEY_IMPORT } from '../shared/node/crypto-node.js';
+import { verifyLines } from '../cli/verify-pool.js';
+
+const vectorPath = fileURLToPath(new URL('../../test/data/cdp-vectors/proofs/valid-2.1-record.json', import.meta.url));
+const doc = JSON.parse(readFileSync(vectorPath, 'utf8')).document;
+const text = JSON.stringify(doc);
+// Bench-only knob (not service configuration): seconds per configuration.
+const seconds = Number(process.env['BENCH_SECONDS'] ?? '') || 4;
+const BLOCK = 40;
+
+type Config = 'uncached' | 'cached' | 'parse-uncached' | 'noble';
+const CONFIGS: [Config, string][] = [
+  ['uncached', 'verifyProof, node:crypto provider, key parsed per proof'],
+  ['cached', 'verifyProof, node:crypto provider, cached KeyObject'],
+  ['parse-uncached', 'JSON.parse + verifyProof, key parsed per proof'],
+  ['noble', 'verifyProof, default @noble provider (isomorphic)'],
+];
+
+interface Measured { bare: number; full: number }
+
+/** Worker side: alternate blocks of bare verifies and full verifications. */
+function measure(config: Config, secs: number): Measured {
+  const rawKey = fromBase64(doc.attestation.public_key.slice(7))!;
+  const sig = fromBase64(doc.attestation.signature.slice(7))!;
+  const msg = Buffer.from(doc.canonical_hash.slice(7), 'ascii');
+  const keyObject = createPublicKey({ key: Buffer.concat([Buffer.from('302a300506032b6570032100', 'hex'), rawKey]), format: 'der', type: 'spki' });
+  const crypto: CryptoProvider = config === 'noble' ? nobleCrypto : createNodeCrypto({ cacheKeys: config === 'cached' });
+  const full = config === 'parse-uncached'
+    ? () => verifyProof(JSON.parse(text), { crypto }).valid
+    : () => verifyProof(doc, { crypto }).valid;
+  const bare = () => nodeVerify(null, msg, keyObject, sig);
+  const block = config === 'noble' ? 4 : BLOCK;
+  const run = (f: () => boolean, n: number): number => {
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) if (!f()) throw new Error(`${config}: verification returned false`);
+    return performance.now() - t0;
+  };
+  for (let i = 0; i < 20; i++) { run(bare, block); run(full, block); } // warm up
+  let tb = 0, tf = 0, nb = 0, nf = 0;
+  const end = performance.now() + secs * 1000;
+  while (performance.now() < end) {
+    tb += run(bare, block); nb += block;
+    tf += run(full, block); nf += block;
+  }
+  return { bare: nb / (tb / 1000), full: nf / (tf / 1000) };
+}
+
+function inWorker(config: Config, secs: number): Promise<Measured> {
+  return new Promise((resolve, reject) => {
+    const w = new Worker(new URL(import.meta.url), { workerData: { config, secs } });
+    w.once('message', (m: Measured) => { resolve(m); void w.terminate(); });
+    w.once('error', reject);
+  });
+}
+
+const fmt = (n: number) => n.toFixed(0).padStart(7);
+
+async function main(): Promise<void> {
+  console.log(`Proof verification benchmark: ${vectorPath.split('/').slice(-2).join('/')} (${text.length} bytes of JSON)`);
+  console.log(`node ${process.version}, ${cpus()[0]?.model ?? 'cpu'}, ${availableParallelism()} cores; one worker per configuration, bare and full verification alternated in blocks of ${BLOCK}; node provider key import: ${NODE_KEY_IMPORT}\n`);
+  console.log(`${'one core'.padEnd(56)} ${'proofs/s'.padStart(9)} ${'bare/s'.padStart(8)}  ratio`);
+  let bareRef = 0;
+  for (const [config, name] of CONFIGS) {
+    const m = await inWorker(config, config === 'noble' ? Math.min(seconds, 2) : seconds);
+    if (config === 'uncached') bareRef = m.bare;
+    console.log(`${name.padEnd(56)} ${fmt(m.full)}   ${fmt(m.bare)}  ${((m.full / m.bare) * 100).toFixed(1)}%`);
+  }
+
+  // Multi-core: a JSON-lines batch through the CLI's batch path (JSON.parse + verify per line).
+  const n = Math.round(Math.max(4000, bareRef * seconds));
+  const lines = Array.from({ length: n }, () => text);
+  const labels = lines.map((_, i) => `line ${i + 1}`);
+  console.log(`\nJSON-lines batch of ${n} copies (parse + verify per line; one-core bare rate above: ${bareRef.toFixed(0)}/s)`);
+  for (const workers of [1, availableParallelism()]) {
+    for (const cacheKeys of [false, true]) {
+      const t0 = performance.now();
+      const out = await verifyLines(lines, labels, { workers, cacheKeys });
+      const secs = (performance.now() - t0) / 1000;
+      if (!out.every((o) => 'verdicts' in o && o.verdicts.every((v) => v.result.valid))) throw new Error('batch result not all valid');
+      const label = `${workers} thread${workers > 1 ? 's' : ''}, key ${cacheKeys ? 'cached' : 'parsed per proof'}`;
+      console.log(`${label.padEnd(56)} ${fmt(n / secs)}   (${secs.toFixed(2)} s, ${((n / secs / bareRef) * 100).toFixed(0)}% of one-core bare)`);
+    }
+  }
+}
+
+if (isMainThread) {
+  main().catch((err: unknown) => {
+    console.error(`bench:verify failed: ${err instanceof Error ? err.message : String(err)}`);
+    process.exitCode = 1;
+  });
+} else {
+  const { config, secs } = workerData as { config: Config; secs: number };
+  parentPort!.postMessage(measure(config, secs));
+}

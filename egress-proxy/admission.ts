@@ -1,0 +1,72 @@
+// Admission of one destination: parse host:port, check names before DNS,
+// resolve once, check the resolved address, and return the one address to
+// connect to. No I/O besides the injected resolver.
+import { formatIp, parseIp, type IpAddr } from './address.js';
+import { checkDestination, checkHostname, type CompiledPolicy, type Refusal } from './allowlist.js';
+import type { EgressRefusal } from './events.js';
+import type { Target } from './exchange.js';
+
+export interface ResolvedAddress { address: string; family: 4 | 6 }
+/** Injectable DNS lookup (default: the host resolver via dns.promises.lookup). */
+export type Resolver = (hostname: string) => Promise<ResolvedAddress[]>;
+
+export type Admission =
+  | { ok: true; target: Target }
+  | { ok: false; status: 400 | 403 | 502 | 504; reason: EgressRefusal['reason']; detail: string };
+
+const refusalText = (r: Refusal): string =>
+  r.reason === 'special_address' ? `destination address is ${r.kind.replace('_', '-')} and no rule names it explicitly`
+    : r.reason === 'not_in_profile' ? 'destination is not allowed by the egress profile'
+      : 'destination is not in the Capsulefile egress_declaration';
+
+/** Splits "host:port" / "[v6]:port" (CONNECT authority form). */
+export function splitAuthority(authority: string): { host: string; port: number } | null {
+  const m = /^\[([^\]]+)\]:(\d{1,5})$/.exec(authority) ?? /^([^:[\]]+):(\d{1,5})$/.exec(authority);
+  if (!m) return null;
+  return { host: m[1] as string, port: Number(m[2]) };
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<T>((_, reject) => { timer = setTimeout(() => reject(Object.assign(new Error('resolve timed out'), { code: 'ETIMEOUT' })), ms); }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+export async function admit(
+  policy: CompiledPolicy, resolver: Resolver, resolveTimeoutMs: number,
+  scheme: 'http' | 'https', rawHost: string, port: number,
+): Promise<Admission> {
+  if (!Number.isInteger(port) || port < 1 || port > 65535) return { ok: false, status: 400, reason: 'bad_target', detail: 'port out of range' };
+  const literal = parseIp(rawHost);
+  if (literal) {
+    const host = formatIp(literal);
+    const r = checkDestination(policy, { host, hostIsIp: true, port, address: literal });
+    if (r) return { ok: false, status: 403, reason: r.reason, detail: refusalText(r) };
+    return { ok: true, target: { scheme, host, hostIsIp: true, port, address: host } };
+  }
+  const name = checkHostname(rawHost);
+  if (!name.ok || name.value.startsWith('*.')) return { ok: false, status: 400, reason: 'bad_target', detail: 'not a valid hostname' };
+  const host = name.value;
+  // Before DNS: an unlisted name is never looked up.
+  const pre = checkDestination(policy, { host, hostIsIp: false, port });
+  if (pre) return { ok: false, status: 403, reason: pre.reason, detail: refusalText(pre) };
+  let resolved: ResolvedAddress[];
+  try {
+    resolved = await withTimeout(resolver(host), resolveTimeoutMs);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? 'ERROR';
+    return { ok: false, status: code === 'ETIMEOUT' ? 504 : 502, reason: 'resolve_failed', detail: `could not resolve (${code})` };
+  }
+  let first: Refusal | null = null;
+  for (const a of resolved) {
+    const ip: IpAddr | null = parseIp(a.address);
+    if (!ip) continue;
+    const r = checkDestination(policy, { host, hostIsIp: false, port, address: ip });
+    if (!r) return { ok: true, target: { scheme, host, hostIsIp: false, port, address: formatIp(ip) } };
+    first ??= r;
+  }
+  if (!first) return { ok: false, status: 502, reason: 'resolve_failed', detail: 'no address' };
+  return { ok: false, status: 403, reason: first.reason, detail: refusalText(first) };
+}

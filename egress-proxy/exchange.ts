@@ -1,0 +1,338 @@
+// One proxied request/response: MCP inspection of the (bounded) request body,
+// forwarding to exactly the checked address, streaming the response back
+// while hashing it, and the activity events for it.
+import { createHash } from 'node:crypto';
+import { request as httpRequest, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type { SecureContext, TLSSocket } from 'node:tls';
+import type { EgressEvent, EgressOutcome, EgressRefusal, Sha512, TlsMetadata } from './events.js';
+import { asSha512, canonicalRequest, requestCanonicalHash, sha512Jcs } from './hashing.js';
+import { denialBody, inspectBody, toolAllowed, type Inspection, type McpPolicy } from './mcp-policy.js';
+import { mcpResult } from './mcp-result.js';
+import { MerkleAccumulator } from './merkle.js';
+import { StreamChunker } from './sse.js';
+import { classifyUpstreamError, tlsMetadata, type Pools } from './upstream.js';
+
+export interface EgressLimits {
+  /** TCP + TLS connect to the upstream. */
+  connectTimeoutMs: number;
+  /** From sending the request to the upstream's complete response headers (slow-loris bound). */
+  headersTimeoutMs: number;
+  /** Longest silence on the upstream socket once connected. */
+  idleTimeoutMs: number;
+  /** Whole exchange, streams included. */
+  maxExchangeMs: number;
+  /** Response bodies above this are refused (declared length) or cut (streamed). */
+  maxResponseBytes: number;
+  /** Request bodies buffered for MCP inspection up to this size. */
+  maxInspectBytes: number;
+  /** Response bytes kept to find an MCP tool result. */
+  maxMcpResultBytes: number;
+  /** Block size for non-SSE streamed responses. */
+  streamBlockBytes: number;
+  /** Cut an SSE event chunk longer than this. */
+  maxSseChunkBytes: number;
+  resolveTimeoutMs: number;
+  maxSocketsPerDestination: number;
+  caValidityHours: number;
+}
+
+export const DEFAULT_LIMITS: EgressLimits = {
+  connectTimeoutMs: 10_000,
+  headersTimeoutMs: 30_000,
+  idleTimeoutMs: 60_000,
+  maxExchangeMs: 15 * 60_000,
+  maxResponseBytes: 1024 * 1024 * 1024,
+  maxInspectBytes: 8 * 1024 * 1024,
+  maxMcpResultBytes: 4 * 1024 * 1024,
+  streamBlockBytes: 64 * 1024,
+  maxSseChunkBytes: 1024 * 1024,
+  resolveTimeoutMs: 5_000,
+  maxSocketsPerDestination: 64,
+  caValidityHours: 24,
+};
+
+export interface EgressClock {
+  /** RFC 3339 UTC, six fraction digits (CONTRACT.md section 1). */
+  nowIso(): string;
+  /** Monotonic milliseconds, for durations. */
+  monoMs(): number;
+}
+
+export interface Runtime {
+  mcpPolicy: McpPolicy | undefined;
+  limits: EgressLimits;
+  pools: Pools;
+  trust: SecureContext;
+  clock: EgressClock;
+  emit(e: EgressEvent): void;
+  refuse(r: Omit<EgressRefusal, 'at'>): void;
+  nextExchange(): number;
+  /** In-flight exchanges; stop() aborts each so their events are emitted before it resolves. */
+  inFlight: Set<() => void>;
+}
+
+/** Where an admitted request goes: the name the capsule asked for and the one address that was checked. */
+export interface Target {
+  scheme: 'http' | 'https';
+  host: string;
+  hostIsIp: boolean;
+  port: number;
+  /** The checked address, connected to as is. */
+  address: string;
+}
+
+const HOP_BY_HOP = new Set([
+  'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate',
+  'te', 'trailer', 'transfer-encoding', 'upgrade', 'host',
+  // The proxy already holds (or streams) the body; the upstream's 100-continue is not awaited.
+  'expect',
+]);
+
+function endToEnd(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
+  const named = new Set(String(headers.connection ?? '').toLowerCase().split(',').map((s) => s.trim()).filter(Boolean));
+  const out: OutgoingHttpHeaders = {};
+  for (const [k, v] of Object.entries(headers)) {
+    if (v === undefined || HOP_BY_HOP.has(k) || named.has(k)) continue;
+    out[k] = v;
+  }
+  return out;
+}
+
+const one = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? v.join(', ') : v);
+
+export function hostHeader(t: Target): string {
+  const h = t.host.includes(':') ? `[${t.host}]` : t.host;
+  return t.port === (t.scheme === 'https' ? 443 : 80) ? h : `${h}:${t.port}`;
+}
+
+/** Plain-text error to the capsule; after headers went out the only signal left is cutting the connection. */
+export function sendError(res: ServerResponse, status: number, code: string, message: string): void {
+  if (res.headersSent) { res.destroy(); return; }
+  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'x-capsule-egress-error': code, connection: 'close' });
+  res.end(`capsule egress: ${message}\n`);
+}
+
+export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, target: Target, pathAndQuery: string): void {
+  const exchange = rt.nextExchange();
+  const startedAt = rt.clock.nowIso();
+  const t0 = rt.clock.monoMs();
+  const encoding = one(req.headers['content-encoding']);
+  const compressed = encoding !== undefined && encoding.trim() !== '' && encoding.trim().toLowerCase() !== 'identity';
+  const hasBody = (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0') || req.headers['transfer-encoding'] !== undefined;
+  req.on('error', () => { /* client went away; res 'close' handles it */ });
+
+  if (!hasBody || compressed) {
+    // Compressed bodies: SPEC item 9 fail-open, forwarded without a tool check.
+    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, Buffer.alloc(0), hasBody ? req : null,
+      compressed ? { kind: 'fail_open', reason: 'compressed_body' } : { kind: 'not_tools_call' });
+    return;
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let overflowed = false;
+  const onData = (c: Buffer) => {
+    chunks.push(c);
+    size += c.length;
+    if (size <= rt.limits.maxInspectBytes) return;
+    overflowed = true;
+    req.off('data', onData);
+    req.pause();
+    if (rt.mcpPolicy) {
+      // Fail closed: an oversize tools/call would otherwise pass unchecked.
+      rt.refuse({ host: target.host, port: target.port, reason: 'body_too_large_for_inspection' });
+      sendError(res, 413, 'body_too_large_for_inspection',
+        `request body over ${rt.limits.maxInspectBytes} bytes cannot be checked against mcp_policy`);
+      // Discard the rest (the response says connection: close); cut the socket if the client keeps sending.
+      req.resume();
+      res.once('finish', () => setTimeout(() => req.socket.destroy(), 2000).unref());
+      return;
+    }
+    // No tool policy: nothing to enforce, stream the rest through.
+    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, Buffer.concat(chunks), req, { kind: 'not_tools_call' });
+  };
+  req.on('data', onData);
+  req.once('end', () => {
+    if (overflowed) return;
+    const body = Buffer.concat(chunks);
+    const inspection = inspectBody(body, encoding);
+    if (inspection.kind === 'tools_call' && !toolAllowed(rt.mcpPolicy, inspection.toolName)) {
+      // Rejected before forwarding; not recorded in the proof (SPEC item 9).
+      rt.refuse({ host: target.host, port: target.port, reason: 'mcp_tool_denied' });
+      const text = denialBody(inspection.id, inspection.toolName);
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), 'x-capsule-egress-error': 'mcp_tool_denied' });
+      res.end(text);
+      return;
+    }
+    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, body, null, inspection);
+  });
+}
+
+interface Started { exchange: number; startedAt: string; t0: number }
+
+function send(
+  rt: Runtime, req: IncomingMessage, res: ServerResponse, target: Target, pathAndQuery: string, s: Started,
+  prefix: Buffer, rest: IncomingMessage | null, inspection: Inspection,
+): void {
+  const L = rt.limits;
+  const method = (req.method ?? 'GET').toUpperCase();
+  const headers = endToEnd(req.headers);
+  headers.host = hostHeader(target);
+  if (rest === null) headers['content-length'] = String(prefix.length);
+  else if (req.headers['content-length'] !== undefined) headers['content-length'] = req.headers['content-length'];
+  if (rest === null && prefix.length === 0 && req.headers['content-length'] === undefined && method !== 'POST' && method !== 'PUT' && method !== 'PATCH') {
+    delete headers['content-length'];
+  }
+  const reqHash = createHash('sha512').update(prefix);
+  let reqBytes = prefix.length;
+  const respHash = createHash('sha512');
+  let respBytes = 0;
+  let status: number | null = null;
+  let tls: TlsMetadata | null = null;
+  let streamed = false;
+  let merkle: MerkleAccumulator | null = null;
+  let chunker: StreamChunker | null = null;
+  const mcp = inspection.kind === 'tools_call' ? inspection : null;
+  let mcpChunks: Buffer[] | null = mcp ? [] : null;
+  let mcpBytes = 0;
+  let respContentType: string | undefined;
+  let done = false;
+  let secure = false;
+
+  const opts = {
+    host: target.address,
+    port: target.port,
+    method,
+    path: pathAndQuery,
+    headers,
+    setHost: false,
+    timeout: L.connectTimeoutMs,
+    ...(target.scheme === 'https'
+      ? { agent: rt.pools.https, secureContext: rt.trust, rejectUnauthorized: true, ...(target.hostIsIp ? {} : { servername: target.host }) }
+      : { agent: rt.pools.http }),
+  };
+  const ureq: ClientRequest = target.scheme === 'https' ? httpsRequest(opts) : httpRequest(opts);
+
+  const timers: NodeJS.Timeout[] = [];
+  const headersTimer = setTimeout(() => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })), L.headersTimeoutMs);
+  timers.push(headersTimer);
+  timers.push(setTimeout(() => abort('upstream_timeout', 504, 'exchange exceeded its time bound'), L.maxExchangeMs));
+
+  const stopNow = () => { ureq.destroy(); sendError(res, 502, 'proxy_stopped', 'capsule egress stopped'); finish('proxy_stopped'); };
+  rt.inFlight.add(stopNow);
+  const finish = (outcome: EgressOutcome) => {
+    if (done) return;
+    done = true;
+    rt.inFlight.delete(stopNow);
+    for (const t of timers) clearTimeout(t);
+    const duration = Math.max(0, Math.round((rt.clock.monoMs() - s.t0) * 1000) / 1000);
+    const bodyHash = asSha512(reqHash.digest());
+    if (chunker && merkle) {
+      chunker.end();
+      rt.emit({
+        type: 'StreamingEgressCompleted', at: rt.clock.nowIso(), exchange: s.exchange, chunks: merkle.count,
+        total_bytes: respBytes, merkle_root: asSha512(merkle.root()), outcome,
+      });
+    }
+    rt.emit({
+      type: 'SealedHttpRequest', at: s.startedAt, exchange: s.exchange, method, scheme: target.scheme,
+      host: target.host, port: target.port,
+      request_canonical_hash: requestCanonicalHash(canonicalRequest(method, target.scheme, target.host, target.port, pathAndQuery, req.headers, bodyHash)),
+      request_body_hash: bodyHash, request_body_bytes: reqBytes, status,
+      response_body_hash: status === null ? null : asSha512(respHash.digest()), response_body_bytes: respBytes,
+      streamed, tls, duration_ms: duration, outcome,
+    });
+    if (mcp) {
+      const r = status === null ? { outcome: 'http_error' as const, hash: null }
+        : outcome !== 'completed' ? { outcome: 'no_result' as const, hash: null }
+        : mcpResult(status, respContentType, mcpChunks ? Buffer.concat(mcpChunks) : null, mcp.id);
+      rt.emit({
+        type: 'McpToolInvoked', at: s.startedAt, exchange: s.exchange, tool_name: mcp.toolName,
+        tool_args_hash: sha512Jcs(mcp.args), tool_result_hash: r.hash, duration_ms: duration, outcome: r.outcome,
+        client_session_id: one(req.headers['mcp-session-id']) ?? null,
+      });
+    }
+  };
+
+  function abort(outcome: EgressOutcome, code: 502 | 504, message: string, errCode = outcome): void {
+    if (done) return;
+    ureq.destroy();
+    sendError(res, code, errCode, message);
+    finish(outcome);
+  }
+
+  ureq.on('socket', (sock) => {
+    // A kept-alive socket finished its handshake long ago; only a fresh one gets the listener (else it leaks per request).
+    if (ureq.reusedSocket) secure = true;
+    else sock.once('secureConnect', () => { secure = true; });
+  });
+  ureq.on('timeout', () => ureq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
+  ureq.on('error', (err: NodeJS.ErrnoException) => {
+    if (done) return;
+    if (status !== null) { abort('upstream_unreachable', 502, 'upstream connection failed mid-response'); return; }
+    let c = classifyUpstreamError(err);
+    if (target.scheme === 'https' && !secure && c.outcome === 'upstream_unreachable' && err.code === 'ECONNRESET') {
+      c = { outcome: 'upstream_tls_failed', status: 502, code: err.code };
+    }
+    if (c.outcome === 'upstream_tls_failed') tls = { version: null, cipher: null, peer_certificate_sha256: null, validation: `failed:${c.code}` };
+    abort(c.outcome, c.status, `${c.outcome.replace(/_/g, ' ')} (${c.code})`);
+  });
+
+  ureq.on('response', (ures: IncomingMessage) => {
+    clearTimeout(headersTimer);
+    if (done) { ures.destroy(); return; }
+    status = ures.statusCode ?? 502;
+    ureq.setTimeout(L.idleTimeoutMs);
+    if (target.scheme === 'https') tls = tlsMetadata(ures.socket as TLSSocket);
+    respContentType = one(ures.headers['content-type']);
+    const declared = Number(ures.headers['content-length'] ?? NaN);
+    if (method !== 'HEAD' && Number.isFinite(declared) && declared > L.maxResponseBytes) {
+      ures.destroy();
+      abort('response_too_large', 502, `upstream response of ${declared} bytes exceeds ${L.maxResponseBytes}`);
+      return;
+    }
+    const sse = respContentType?.toLowerCase().includes('text/event-stream') ?? false;
+    streamed = sse || /chunked/i.test(one(ures.headers['transfer-encoding']) ?? '');
+    if (streamed) {
+      merkle = new MerkleAccumulator();
+      const m = merkle;
+      rt.emit({ type: 'StreamingEgressStarted', at: rt.clock.nowIso(), exchange: s.exchange, host: target.host, port: target.port, status, framing: sse ? 'sse' : 'blocks' });
+      chunker = new StreamChunker({ sse, maxChunkBytes: sse ? L.maxSseChunkBytes : L.streamBlockBytes }, (c) => {
+        m.push(c.digest);
+        rt.emit({ type: 'StreamingEgressChunk', at: rt.clock.nowIso(), exchange: s.exchange, index: c.index, bytes: c.bytes, chunk_hash: asSha512(c.digest) });
+      });
+    }
+    res.writeHead(status, endToEnd(ures.headers));
+    ures.on('data', (c: Buffer) => {
+      if (done) return;
+      respBytes += c.length;
+      if (respBytes > L.maxResponseBytes) { ures.destroy(); abort('response_too_large', 502, 'response too large'); return; }
+      respHash.update(c);
+      chunker?.write(c);
+      if (mcpChunks) {
+        mcpBytes += c.length;
+        if (mcpBytes > L.maxMcpResultBytes) mcpChunks = null; else mcpChunks.push(c);
+      }
+      if (!res.write(c)) ures.pause();
+    });
+    res.on('drain', () => ures.resume());
+    ures.on('end', () => { if (done) return; res.end(); finish('completed'); });
+    ures.on('error', () => abort('upstream_unreachable', 502, 'upstream connection failed mid-response'));
+    ures.on('close', () => { if (!ures.complete) abort('upstream_unreachable', 502, 'upstream closed mid-response'); });
+  });
+
+  res.on('close', () => {
+    if (!done && !res.writableFinished) { ureq.destroy(); finish('client_aborted'); }
+  });
+
+  ureq.write(prefix);
+  if (rest === null) { ureq.end(); return; }
+  rest.on('data', (c: Buffer) => {
+    reqHash.update(c);
+    reqBytes += c.length;
+    if (!ureq.write(c)) rest.pause();
+  });
+  ureq.on('drain', () => rest.resume());
+  rest.on('end', () => ureq.end());
+  rest.resume();
+}

@@ -1,0 +1,20 @@
+// Public surface of the sealed egress proxy (issue 5). Other folders import
+// only from here.
+export { startEgressProxy, systemClock, systemResolver } from './proxy.js';
+export type { EgressProxy, EgressProxyConfig } from './proxy.js';
+export type { Resolver, ResolvedAddress } from './admission.js';
+export type { EgressClock, EgressLimits } from './exchange.js';
+export { DEFAULT_LIMITS } from './exchange.js';
+export type { KeyDestructionEvidence } from './ca.js';
+export type {
+  EgressEvent, EgressOutcome, EgressRefusal, McpOutcome, McpToolInvoked, SealedHttpRequest, Sha512,
+  StreamingEgressChunk, StreamingEgressCompleted, StreamingEgressStarted, TlsMetadata,
+} from './events.js';
+// Validation for the control plane's profile/rule and Capsulefile endpoints.
+export { RULE_KINDS, checkDeclarationEntry, checkHostname, checkRule } from './allowlist.js';
+export type { Checked, FieldProblem, Rule, RuleKind } from './allowlist.js';
+export { checkMcpPolicy } from './mcp-policy.js';
+export type { McpPolicy } from './mcp-policy.js';
+// Hash definitions a verifier or the recorder may need to recompute.
+export { CANONICAL_HEADERS, canonicalRequest, requestCanonicalHash } from './hashing.js';
+export { merkleRootSha512 } from './merkle.js';
