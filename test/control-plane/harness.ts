@@ -9,7 +9,7 @@ import pg from 'pg';
 import type tap from 'tap';
 import { pino } from 'pino';
 import { loadConfig, type Config } from '../../control-plane/config.js';
-import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
+import { startControlPlane, type ControlPlane, type StartOptions } from '../../control-plane/server.js';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
 
 /** A tap subtest. */
@@ -48,9 +48,9 @@ export function testConfig(dbUrl: string, env: Record<string, string> = {}): Con
 
 export interface Started { cp: ControlPlane; api: Api; db: FreshDb; close(): Promise<void> }
 
-export async function start(driver: Driver, runner: RunnerPort, env: Record<string, string> = {}, db?: FreshDb): Promise<Started> {
+export async function start(driver: Driver, runner: RunnerPort, env: Record<string, string> = {}, db?: FreshDb, opts: StartOptions = {}): Promise<Started> {
   const database = db ?? await freshDb(driver);
-  const cp = await startControlPlane(testConfig(database.url, env), runner, { logger: pino({ level: 'silent' }) });
+  const cp = await startControlPlane(testConfig(database.url, env), runner, { logger: pino({ level: 'silent' }), ...opts });
   return {
     cp, db: database, api: new Api(cp.url),
     close: async () => { await cp.close(); if (!db) await database.drop(); },

@@ -338,6 +338,43 @@ for (const driver of DRIVERS) {
     t.same(await runner.client.list(), []);
   });
 
+  t.test(`${driver}: Free monthly quota: 100 capsules and 100 proofs, then 402; the cycle rolls over`, async (t) => {
+    const runner = await startRunner();
+    t.teardown(() => runner.stop());
+    // An injected clock at the end of a month, moved by hand below.
+    let now = Date.parse('2026-11-30T23:00:00.000Z');
+    const clock = { nowMs: () => now, nowIso: () => new Date(now).toISOString().replace(/Z$/, '000Z') };
+    const s = await start(driver, runner.client, { CAPSULE_RATE_LIMITS: 'off' }, undefined, { clock });
+    t.teardown(s.close);
+    const { api } = s;
+    const u = await api.signup();
+    let made = 0;
+    await Promise.all([0, 1, 2].map(async (w) => {
+      for (let i = w; i < 100; i += 3) {
+        const c = await create(api, u.key);
+        made++;
+        const d = await api.req('DELETE', `/v1/capsules/${c.id}`, { key: u.key });
+        if (d.status !== 200) throw new Error(`destroy ${d.status} ${d.text}`);
+      }
+    }));
+    t.equal(made, 100);
+    const me = await api.req('GET', '/v1/customers/me', { key: u.key });
+    t.equal(me.body.usage.capsules_used_this_month, 100);
+    t.equal(me.body.usage.cdps_this_cycle, 100);
+    t.equal(me.body.usage.billing_cycle_start, '2026-11-01T00:00:00.000000Z');
+    const over = await api.req('POST', '/v1/capsules', { key: u.key, json: {} });
+    t.match(envelope(t, over, 402, 'quota_exceeded').message, /this month \(100\)/);
+    t.equal((await api.req('POST', '/v1/sessions', { key: u.key, json: {} })).status, 402, 'the session variant shares the quota');
+    now = Date.parse('2026-12-01T00:00:01.000Z');
+    const me2 = await api.req('GET', '/v1/customers/me', { key: u.key });
+    t.equal(me2.body.usage.capsules_used_this_month, 0, 'new cycle');
+    t.equal(me2.body.usage.cdps_this_cycle, 0);
+    t.equal(me2.body.usage.billing_cycle_start, '2026-12-01T00:00:00.000000Z');
+    const c = await create(api, u.key);
+    t.equal((await api.req('DELETE', `/v1/capsules/${c.id}`, { key: u.key })).status, 200);
+    t.equal((await api.req('GET', '/v1/customers/me', { key: u.key })).body.usage.capsules_used_this_month, 1);
+  });
+
   t.test(`${driver}: TTL expiry destroys with a proof (status expired)`, async (t) => {
     const runner = await startRunner();
     t.teardown(() => runner.stop());
@@ -363,3 +400,18 @@ for (const driver of DRIVERS) {
     t.same(await runner.client.list(), [], 'the runner holds nothing');
   });
 }
+
+t.test('postgresql: ready is 503 when the database goes away', async (t) => {
+  const runner = await startRunner();
+  t.teardown(() => runner.stop());
+  const s = await start('postgresql', runner.client, { CAPSULE_RATE_LIMITS: 'off' });
+  t.teardown(s.close);
+  const ok = await s.api.req('GET', '/v1/health/ready');
+  t.equal(ok.status, 200);
+  t.same(ok.body.checks, { database: 'ok', runner: 'ok' });
+  await s.db.drop();
+  const down = await s.api.req('GET', '/v1/health/ready');
+  t.match(envelope(t, down, 503, 'service_unavailable').message, /database unavailable/);
+  t.ok(Number(down.headers.get('retry-after')) > 0);
+  t.equal((await s.api.req('GET', '/v1/health')).status, 200, 'liveness stays up');
+});
