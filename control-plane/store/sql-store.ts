@@ -82,11 +82,12 @@ export class SqlStore implements Store {
   }
 
   async findCallerByKeyHash(hash: string): Promise<{ account: Account; key_mode: 'live' | 'test' } | null> {
-    const em = this.em();
-    const key = await em.findOne(ApiKeyEntity, { key_hash: hash, revoked: 0 });
-    if (!key) return null;
-    const acc = await em.findOne(AccountEntity, { customer_id: key.customer_id });
-    return acc ? { account: toAccount(acc), key_mode: key.mode === 'test' ? 'test' : 'live' } : null;
+    // One round trip per authenticated request.
+    const rows = await this.em().getConnection().execute<(AccountRow & { mode: string })[]>(
+      `select a.*, k."mode" from "api_keys" k join "accounts" a on a."customer_id" = k."customer_id"
+       where k."key_hash" = ? and k."revoked" = 0`, [hash], 'all');
+    const r = rows[0];
+    return r ? { account: toAccount(r), key_mode: r.mode === 'test' ? 'test' : 'live' } : null;
   }
 
   async getAccount(customerId: string): Promise<Account | null> {
@@ -200,12 +201,12 @@ export class SqlStore implements Store {
   async appendActivity(capsuleId: string, type: string, at: string, fields: Record<string, unknown>, side: ActivitySide = {}): Promise<ActivityEvent> {
     // The seq counter row is locked by the UPDATE until commit: exact order under concurrency.
     return this.em().transactional(async (em) => {
-      const n = await this.run(
-        'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ?',
-        [side.executions ?? 0, side.bytes ?? 0, capsuleId], em);
-      if (n !== 1) throw new ApiError('resource_not_found', 'capsule not found');
-      const row = await em.findOne(CapsuleEntity, { id: capsuleId }, { fields: ['activity_seq'], refresh: true });
-      const seq = num(row?.activity_seq);
+      // UPDATE ... RETURNING (SQLite 3.35+, PostgreSQL): one statement moves and reads the counter.
+      const rows = await em.getConnection().execute<{ activity_seq: number }[]>(
+        'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "activity_seq"',
+        [side.executions ?? 0, side.bytes ?? 0, capsuleId], 'all', em.getTransactionContext());
+      if (rows.length !== 1) throw new ApiError('resource_not_found', 'capsule not found');
+      const seq = num(rows[0]?.activity_seq);
       await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
       if (side.move) await em.nativeUpdate(CapsuleEntity, { id: capsuleId, status: { $in: [...side.move.from] } }, { status: side.move.to });
       return { seq, type, at, ...fields };
