@@ -373,6 +373,19 @@ for (const driver of DRIVERS) {
     const c = await create(api, u.key);
     t.equal((await api.req('DELETE', `/v1/capsules/${c.id}`, { key: u.key })).status, 200);
     t.equal((await api.req('GET', '/v1/customers/me', { key: u.key })).body.usage.capsules_used_this_month, 1);
+    // Idempotency-Key replays for 24 hours, then the key is forgotten.
+    const h = { 'idempotency-key': 'window-test' };
+    const a = await api.req('POST', '/v1/capsules', { key: u.key, json: {}, headers: h });
+    now += 23 * 3600 * 1000;
+    const b = await api.req('POST', '/v1/capsules', { key: u.key, json: {}, headers: h });
+    t.equal(b.body.id, a.body.id, 'replayed within 24 h');
+    t.equal(b.headers.get('idempotent-replayed'), 'true');
+    await api.req('DELETE', `/v1/capsules/${a.body.id}`, { key: u.key });
+    now += 2 * 3600 * 1000;
+    const c2 = await api.req('POST', '/v1/capsules', { key: u.key, json: {}, headers: h });
+    t.equal(c2.status, 201);
+    t.not(c2.body.id, a.body.id, 'a new capsule after the window');
+    t.equal(c2.headers.get('idempotent-replayed'), null);
   });
 
   t.test(`${driver}: TTL expiry destroys with a proof (status expired)`, async (t) => {
