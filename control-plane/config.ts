@@ -32,6 +32,10 @@ export interface Config {
   regulatoryMappingFile: string;
   logLevel: string;
   version: string;
+  /** Source directories of the service-published reference Capsulefiles. */
+  systemCapsulefilesDir: string;
+  /** Per-tier ceiling of a capsule's memory_mb (policies/capsule-memory.yaml). */
+  memoryCeilingsMb: Record<'free' | 'starter' | 'business' | 'enterprise', number>;
 }
 
 export class ConfigError extends Error {}
@@ -83,6 +87,14 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   } catch (e) {
     throw new ConfigError(`CAPSULE_TIERS_FILE (${tiersFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
   }
+  const memoryFile = env.CAPSULE_MEMORY_FILE ?? policy('capsule-memory.yaml');
+  let memoryCeilingsMb: Config['memoryCeilingsMb'];
+  try {
+    const mb = z.number().int().min(16).max(1024 * 1024);
+    memoryCeilingsMb = z.strictObject({ free: mb, starter: mb, business: mb, enterprise: mb }).parse(parseYaml(readFileSync(memoryFile, 'utf8')));
+  } catch (e) {
+    throw new ConfigError(`CAPSULE_MEMORY_FILE (${memoryFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
+  }
   const port = portRaw;
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
@@ -105,6 +117,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     regulatoryMappingFile: env.CAPSULE_REGULATORY_MAPPING ?? policy('regulatory-mapping.yaml'),
     logLevel: env.LOG_LEVEL ?? 'info',
     version: env.npm_package_version ?? '0.1.0',
+    systemCapsulefilesDir: env.CAPSULE_SYSTEM_CAPSULEFILES_DIR ?? policy('system-capsulefiles'),
+    memoryCeilingsMb,
   };
 }
 

@@ -10,8 +10,10 @@ import type { Config } from './config.js';
 import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
 import { createApp, RateLimiter } from './http/app.js';
-import { buildServices, loadRegulatoryMapping, systemClock, systemRandom, type RecoveryReport, type Services } from './service/index.js';
-import { openStore } from './store/index.js';
+import { buildServices, readSystemCapsulefiles, loadRegulatoryMapping, systemClock, systemRandom, type RecoveryReport, type Services } from './service/index.js';
+import { HostBaseImage } from './base-image/index.js';
+import type { BaseImage } from './capsulefile/index.js';
+import { openStores } from './store/index.js';
 
 export interface ControlPlane {
   url: string;
@@ -29,19 +31,23 @@ export interface StartOptions {
   logger?: Logger;
   /** Faster Node provider for POST /v1/verify and stored-proof checks. */
   proofCrypto?: CryptoProvider;
+  /** The capsule base image inventory (default: this host's system prefix). */
+  baseImage?: BaseImage;
 }
 
 export async function startControlPlane(config: Config, runner: RunnerPort, opts: StartOptions = {}): Promise<ControlPlane> {
   const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'control-plane' } });
   const clock = opts.clock ?? systemClock;
   const random = opts.random ?? systemRandom;
-  const store = await openStore(config.database);
+  const { store, capsulefiles } = await openStores(config.database);
   const deps = {
-    store, runner, clock, random, tiers: new TierTable(config.paidTiers),
+    store, capsulefiles, baseImage: opts.baseImage ?? new HostBaseImage(), memoryCeilingsMb: config.memoryCeilingsMb, runner, clock, random, tiers: new TierTable(config.paidTiers),
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile), region: config.region, log: logger,
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };
   const services = buildServices(deps, config.sweepIntervalMs);
+  // The reference Capsulefiles are published before the first request.
+  await services.capsulefiles.publishSystem(await readSystemCapsulefiles(config.systemCapsulefilesDir));
   // Reconcile with the runner now; if it is down, capsule calls retry it later.
   const recovery: RecoveryReport | null = await services.recovery.ensure().catch(() => null);
   const server: Server = createServer();

@@ -1,7 +1,7 @@
 // Admission of one destination: parse host:port, check names before DNS,
 // resolve once, check the resolved address, and return the one address to
 // connect to. No I/O besides the injected resolver.
-import { formatIp, parseIp, type IpAddr } from './address.js';
+import { formatIp, normalizeIp, parseIp, type IpAddr } from './address.js';
 import { checkDestination, checkHostname, type CompiledPolicy, type Refusal } from './allowlist.js';
 import type { EgressRefusal } from './events.js';
 import type { Target } from './exchange.js';
@@ -44,7 +44,8 @@ export async function admit(
     const host = formatIp(literal);
     const r = checkDestination(policy, { host, hostIsIp: true, port, address: literal });
     if (r) return { ok: false, status: 403, reason: r.reason, detail: refusalText(r) };
-    return { ok: true, target: { scheme, host, hostIsIp: true, port, address: host } };
+    // An IPv4-mapped IPv6 literal is connected to as the IPv4 address it maps (the one that was checked).
+    return { ok: true, target: { scheme, host, hostIsIp: true, port, address: formatIp(normalizeIp(literal)) } };
   }
   const name = checkHostname(rawHost);
   if (!name.ok || name.value.startsWith('*.')) return { ok: false, status: 400, reason: 'bad_target', detail: 'not a valid hostname' };
@@ -64,7 +65,7 @@ export async function admit(
     const ip: IpAddr | null = parseIp(a.address);
     if (!ip) continue;
     const r = checkDestination(policy, { host, hostIsIp: false, port, address: ip });
-    if (!r) return { ok: true, target: { scheme, host, hostIsIp: false, port, address: formatIp(ip) } };
+    if (!r) return { ok: true, target: { scheme, host, hostIsIp: false, port, address: formatIp(normalizeIp(ip)) } };
     first ??= r;
   }
   if (!first) return { ok: false, status: 502, reason: 'resolve_failed', detail: 'no address' };

@@ -130,12 +130,32 @@ export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, 
   }
   const chunks: Buffer[] = [];
   let size = 0;
-  let overflowed = false;
+  let handedOff = false;
+  let firstByte = -1;
+  const streamRest = (inspection: Inspection) => {
+    handedOff = true;
+    req.off('data', onData);
+    req.pause();
+    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, Buffer.concat(chunks), req, inspection);
+  };
   const onData = (c: Buffer) => {
     chunks.push(c);
     size += c.length;
+    if (firstByte < 0) {
+      // Only a body whose first non-whitespace byte is "{" can be a single tools/call (JSON allows
+      // leading space, tab, CR, LF). Anything else is streamed at once: the classification is
+      // already certain (batch, or not a JSON-RPC object), so nothing is held back.
+      const i = c.findIndex((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
+      if (i >= 0) {
+        firstByte = c[i] as number;
+        if (firstByte !== 0x7b) {
+          streamRest(firstByte === 0x5b ? { kind: 'fail_open', reason: 'batch_array' } : { kind: 'fail_open', reason: 'malformed_envelope' });
+          return;
+        }
+      }
+    }
     if (size <= rt.limits.maxInspectBytes) return;
-    overflowed = true;
+    handedOff = true;
     req.off('data', onData);
     req.pause();
     if (rt.mcpPolicy) {
@@ -149,11 +169,11 @@ export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, 
       return;
     }
     // No tool policy: nothing to enforce, stream the rest through.
-    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, Buffer.concat(chunks), req, { kind: 'not_tools_call' });
+    streamRest({ kind: 'not_tools_call' });
   };
   req.on('data', onData);
   req.once('end', () => {
-    if (overflowed) return;
+    if (handedOff) return;
     const body = Buffer.concat(chunks);
     const inspection = inspectBody(body, encoding);
     if (inspection.kind === 'tools_call' && !toolAllowed(rt.mcpPolicy, inspection.toolName)) {

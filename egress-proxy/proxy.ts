@@ -1,7 +1,7 @@
 // The per-capsule proxy: listeners (Unix socket for the capsule relay,
 // optional loopback TCP for tests), CONNECT tunnels terminated with the
 // per-capsule CA, absolute-URI plain HTTP, and the lifecycle.
-import { randomBytes } from 'node:crypto';
+import { randomBytes, X509Certificate } from 'node:crypto';
 import { lookup } from 'node:dns/promises';
 import { chmod, lstat, unlink } from 'node:fs/promises';
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -75,6 +75,14 @@ function validateConfig(c: EgressProxyConfig): void {
   if (c.tcp && c.tcp.host !== '127.0.0.1' && c.tcp.host !== '::1') throw new TypeError('egress proxy config: tcp.host must be loopback');
   if (typeof c.onEvent !== 'function') throw new TypeError('egress proxy config: onEvent is required');
   if (!Array.isArray(c.profileRules) || !Array.isArray(c.declaration)) throw new TypeError('egress proxy config: profileRules and declaration must be arrays');
+  if (c.extraCaPem !== undefined) {
+    // OpenSSL silently skips unparsable PEM, which would leave the operator's CA untrusted without a word.
+    const blocks = typeof c.extraCaPem === 'string' ? c.extraCaPem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) : null;
+    if (!blocks) throw new TypeError('egress proxy config: extraCaPem holds no PEM certificate');
+    for (const b of blocks) {
+      try { new X509Certificate(b); } catch { throw new TypeError('egress proxy config: extraCaPem holds a certificate that does not parse'); }
+    }
+  }
   if (c.mcpPolicy !== undefined) {
     const m = checkMcpPolicy(c.mcpPolicy);
     if (!m.ok) throw new TypeError(`egress proxy config: ${m.message}`);
@@ -117,7 +125,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
   const clock = config.clock ?? systemClock;
   const resolver = config.resolver ?? systemResolver;
   const random = config.random ?? ((n: number) => randomBytes(n));
-  const ca = new CapsuleCa({ capsuleId: config.capsuleId, random, nowMs: () => Date.now(), validityHours: limits.caValidityHours });
+  const ca = new CapsuleCa({ capsuleId: config.capsuleId, random, nowMs: () => Date.parse(clock.nowIso()), validityHours: limits.caValidityHours });
   const pools = createPools(limits.maxSocketsPerDestination);
   let exchanges = 0;
   let callbackErrors = 0;
@@ -139,7 +147,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
   const tunnels = new WeakMap<Socket, Target>();
 
   // Requests inside CONNECT tunnels (TLS-terminated or plain).
-  const inner = createHttpServer({ keepAliveTimeout: 30_000 }, (req, res) => {
+  const inner = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000, requestTimeout: limits.maxExchangeMs }, (req, res) => {
     const target = tunnels.get(req.socket);
     if (!target) { sendError(res, 500, 'internal', 'tunnel lost'); return; }
     // Host must name the CONNECT target: no domain fronting to another name behind the checked address.
@@ -153,7 +161,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
     forward(rt, req, res, target, path);
   });
 
-  const outer = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000 }, (req: IncomingMessage, res: ServerResponse) => {
+  const outer = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000, requestTimeout: limits.maxExchangeMs }, (req: IncomingMessage, res: ServerResponse) => {
     // Absolute-URI plain HTTP (HTTP_PROXY).
     let url: URL;
     try { url = new URL(req.url ?? ''); } catch { sendError(res, 400, 'bad_target', 'absolute http:// URI expected (this is a forward proxy)'); return; }
@@ -205,9 +213,10 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
           tunnels.set(tls, a.target);
           inner.emit('connection', tls);
         } else {
-          // Plain HTTP through a tunnel: forwarded as http to the same checked address.
-          tunnels.set(sock, { ...a.target, scheme: 'http' });
-          inner.emit('connection', sock);
+          // Only TLS is carried in tunnels (no raw TCP protocols); plain HTTP uses absolute-URI requests.
+          rt.refuse({ host: a.target.host, port: a.target.port, reason: 'unsupported', detail: 'non-TLS bytes in a CONNECT tunnel' });
+          const body = 'capsule egress: CONNECT tunnels carry TLS only; send plain HTTP as an absolute-URI request\n';
+          sock.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nx-capsule-egress-error: unsupported\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
         }
       };
       if (head.length > 0) start(head); else sock.once('data', start);

@@ -38,23 +38,23 @@ export function createPools(maxSocketsPerDestination: number): Pools {
   return { http: new HttpAgent(opts), https: new HttpsAgent(opts) };
 }
 
-const certHashes = new WeakMap<TLSSocket, string | null>();
+const tlsFacts = new WeakMap<TLSSocket, TlsMetadata>();
 
-/** TLS facts of an established upstream connection (kept-alive sockets are hashed once). */
+/** TLS facts of an established upstream connection; fixed after the handshake, so computed once per socket. */
 export function tlsMetadata(socket: TLSSocket): TlsMetadata {
-  let certHash = certHashes.get(socket);
-  if (certHash === undefined) {
+  let facts = tlsFacts.get(socket);
+  if (!facts) {
     const raw = socket.getPeerCertificate(false)?.raw;
-    certHash = raw ? `sha256:${createHash('sha256').update(raw).digest('hex')}` : null;
-    certHashes.set(socket, certHash);
+    const cipher = socket.getCipher();
+    facts = {
+      version: socket.getProtocol() ?? null,
+      cipher: cipher?.standardName ?? cipher?.name ?? null,
+      peer_certificate_sha256: raw ? `sha256:${createHash('sha256').update(raw).digest('hex')}` : null,
+      validation: socket.authorized ? 'valid' : `failed:${String(socket.authorizationError ?? 'unknown')}`,
+    };
+    tlsFacts.set(socket, facts);
   }
-  const cipher = socket.getCipher();
-  return {
-    version: socket.getProtocol() ?? null,
-    cipher: cipher?.standardName ?? cipher?.name ?? null,
-    peer_certificate_sha256: certHash,
-    validation: socket.authorized ? 'valid' : `failed:${String(socket.authorizationError ?? 'unknown')}`,
-  };
+  return { ...facts };
 }
 
 const TLS_CODES = /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO|SELF_SIGNED|HOSTNAME_MISMATCH|ERR_OSSL_)/;

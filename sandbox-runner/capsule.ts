@@ -1,6 +1,7 @@
 // Capsule lifecycle: create (uid, tmpfs, cgroup, state record), exec (one
 // fresh bwrap per exec over the same tmpfs, serialized per capsule), file
 // transfer, destroy (kill, wipe, zeroize, unmount, release, evidence).
+import { createHash } from 'node:crypto';
 import { chmodSync, chownSync, mkdirSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
@@ -20,10 +21,11 @@ import { buildEvidence } from './evidence.js';
 import { runExec, type SandboxObservation } from './exec.js';
 import { listRegular, readRegular, validateFilename, writeFileInto } from './files.js';
 import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
-import { baseEnv, INSIDE_GID, INSIDE_UID, type SandboxSpec } from './sandbox.js';
-import { isMounted, mountTmpfs, unmountTmpfs } from './tmpfs.js';
+import { baseEnv, type SandboxSpec } from './sandbox.js';
+import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { wipeTree } from './wipe.js';
+import { attachEgress, caBundle, detachEgress, egressEnv, netnsPath, validateEgress, type EgressState } from './egress.js';
 
 export const CAPSULE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
@@ -35,12 +37,17 @@ export interface CapsuleRecord {
   tmpfs_dir: string;
   cgroup: CapsuleCgroupPaths;
   created_at: string;
+  egress?: EgressState;
 }
+
+/** The CA bundle file of an egress capsule, at the tmpfs root (bound read-only inside). */
+const EGRESS_CA_FILE = 'egress-ca.pem';
 
 interface Capsule {
   record: CapsuleRecord;
   hostname: string;
   imageRoot: string;
+  etcDir: string;
   env: Record<string, string>;
   hasApp: boolean;
   key: Buffer;
@@ -60,8 +67,14 @@ export interface ManagerDeps {
   random: Random;
   host: HostFacts;
   hostNamespaces: Partial<Record<NsName, string>>;
+  mounter: Mounter;
   /** Compiled seccomp program on disk (opened once per exec for bwrap's fd 3). */
   seccompPath: string;
+}
+
+/** Where prepareEtc put the /etc of an image root (one per distinct root). */
+export function etcDirFor(stateDir: string, imageRoot: string): string {
+  return join(stateDir, 'etc', createHash('sha256').update(imageRoot).digest('hex').slice(0, 16));
 }
 
 export function capsulesDir(stateDir: string): string {
@@ -99,6 +112,8 @@ const INPUT_DIRS: Record<string, string> = { '/data/input/': 'input', '/data/out
 
 export class CapsuleManager {
   private readonly capsules = new Map<string, Capsule>();
+  /** Ids whose create is in progress (create awaits the egress relay). */
+  private readonly creating = new Set<string>();
   private shuttingDown = false;
 
   constructor(private readonly d: ManagerDeps) {
@@ -118,13 +133,13 @@ export class CapsuleManager {
     return c;
   }
 
-  create(req: CreateCapsuleRequest): CreatedCapsule {
+  async create(req: CreateCapsuleRequest): Promise<CreatedCapsule> {
     const { config } = this.d;
     if (this.shuttingDown) throw new RunnerError('unavailable', 'runner is shutting down');
     if (typeof req !== 'object' || req === null) throw new RunnerError('invalid', 'params: must be an object');
     if (typeof req.capsule_id !== 'string' || !CAPSULE_ID_RE.test(req.capsule_id)) throw new RunnerError('invalid', 'capsule_id: 1-64 of [A-Za-z0-9_-], starting alphanumeric');
     const id = req.capsule_id;
-    if (this.capsules.has(id)) throw new RunnerError('invalid', `capsule_id: ${id} already exists`);
+    if (this.capsules.has(id) || this.creating.has(id)) throw new RunnerError('invalid', `capsule_id: ${id} already exists`);
     const mem = req.memory_mb;
     if (!Number.isInteger(mem) || mem < config.bounds.minMemoryMb || mem > config.bounds.maxMemoryMb) {
       throw new RunnerError('invalid', `memory_mb: must be an integer in ${config.bounds.minMemoryMb}..${config.bounds.maxMemoryMb}`);
@@ -148,8 +163,8 @@ export class CapsuleManager {
       });
       if (total > config.bounds.tmpfsMb * 1024 * 1024) throw new RunnerError('too_large', 'app_files: larger than the capsule tmpfs');
     }
-    if (req.egress !== undefined) throw new RunnerError('invalid', 'egress: not supported by this runner build yet');
-    if (this.capsules.size >= config.bounds.maxCapsules) throw new RunnerError('unavailable', 'runner is at its capsule limit');
+    const egress = req.egress !== undefined && req.egress !== null ? validateEgress(req.egress) : null;
+    if (this.capsules.size + this.creating.size >= config.bounds.maxCapsules) throw new RunnerError('unavailable', 'runner is at its capsule limit');
     const uid = this.d.uids.allocate();
     if (uid === null) throw new RunnerError('unavailable', 'no free capsule uid in the configured range');
 
@@ -165,22 +180,18 @@ export class CapsuleManager {
     const hostname = `capsule-${this.d.random.bytes(6).toString('hex')}`;
     let mounted = false;
     let cgroupMade = false;
+    let egressState: EgressState | null = null;
+    this.creating.add(id);
     try {
       // The record goes first so that a crash from here on is found by recovery.
       writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
       mkdirSync(tmpfsDir, { mode: 0o711 });
-      mountTmpfs(tmpfsDir, config.bounds.tmpfsMb);
+      await this.d.mounter.mount(tmpfsDir, config.bounds.tmpfsMb);
       mounted = true;
       for (const sub of ['input', 'output', 'tmp']) {
         mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
         chownSync(join(tmpfsDir, sub), uid, uid);
       }
-      const sys = join(tmpfsDir, '.sys');
-      mkdirSync(sys, { mode: 0o755 });
-      writeFileSync(join(sys, 'passwd'), `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\ncapsule:x:${INSIDE_UID}:${INSIDE_GID}:capsule:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`);
-      writeFileSync(join(sys, 'group'), `root:x:0:\ncapsule:x:${INSIDE_GID}:\nnogroup:x:65534:\n`);
-      writeFileSync(join(sys, 'hosts'), `127.0.0.1 localhost ${hostname}\n::1 localhost\n`);
-      writeFileSync(join(sys, 'hostname'), `${hostname}\n`);
       if (apps.length > 0) {
         const app = join(tmpfsDir, 'app');
         mkdirSync(app, { mode: 0o755 });
@@ -191,9 +202,26 @@ export class CapsuleManager {
       }
       this.d.cgroups.create(id, { memoryBytes: mem * 1024 * 1024, pidsMax: config.bounds.pidsMax, cpuWeight: config.bounds.cpuWeight });
       cgroupMade = true;
+      if (egress) {
+        writeFileSync(join(tmpfsDir, EGRESS_CA_FILE), caBundle(imageRoot, egress.caPem), { mode: 0o644 });
+        record.egress = { netns: `capsule-${this.d.random.bytes(8).toString('hex')}`, relay_pid: null };
+        // Record the namespace name before creating it, and the relay pid once it runs (recovery).
+        writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+        egressState = await attachEgress(record.egress.netns, egress.proxySocket);
+        record.egress = egressState;
+        writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+      }
     } catch (e) {
+      this.creating.delete(id);
+      if (egressState) await detachEgress(egressState);
+      else if (record.egress) await detachEgress(record.egress);
       if (cgroupMade) void removeGroup(record.cgroup);
-      if (mounted) unmountTmpfs(tmpfsDir);
+      if (mounted) {
+        const key = this.d.random.bytes(32);
+        wipeTree(tmpfsDir, key);
+        key.fill(0);
+        await this.d.mounter.unmount(tmpfsDir);
+      }
       rmSync(tmpfsDir, { recursive: true, force: true });
       rmSync(statePath, { force: true });
       this.d.uids.release(uid);
@@ -202,11 +230,13 @@ export class CapsuleManager {
       if (code === 'ENOSPC') throw new RunnerError('no_space', 'app_files: do not fit the capsule tmpfs');
       throw new RunnerError('internal', `create failed: ${code ?? (e as Error).message}`);
     }
+    this.creating.delete(id);
     this.capsules.set(id, {
       record,
       hostname,
       imageRoot,
-      env: { ...baseEnv(hostname), ...env },
+      etcDir: etcDirFor(config.stateDir, imageRoot),
+      env: { ...baseEnv(hostname), ...(egressState ? egressEnv() : {}), ...env },
       hasApp: apps.length > 0,
       key: this.d.random.bytes(32),
       state: 'live',
@@ -223,12 +253,15 @@ export class CapsuleManager {
     return {
       tmpfsDir: c.record.tmpfs_dir,
       imageRoot: c.imageRoot,
+      etcDir: c.etcDir,
       hostUid: c.record.host_uid,
       hostname: c.hostname,
       hasApp: c.hasApp,
       env: { ...c.env, ...env },
       cgroupProcsFiles: procsFiles(c.record.cgroup),
       command,
+      netnsPath: c.record.egress ? netnsPath(c.record.egress.netns) : null,
+      caFile: c.record.egress ? join(c.record.tmpfs_dir, EGRESS_CA_FILE) : null,
     };
   }
 
@@ -357,11 +390,12 @@ export class CapsuleManager {
   private async teardown(c: Capsule, commandWasRunning: boolean): Promise<DestroyResult> {
     const r = c.record;
     const cgEmpty = await killGroup(r.cgroup);
+    const egress = r.egress ? await detachEgress(r.egress) : null;
     const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
     const wipe = wipeTree(r.tmpfs_dir, c.key);
     c.key.fill(0);
     const keyZero = c.key.every((b) => b === 0);
-    const unmounted = unmountTmpfs(r.tmpfs_dir);
+    const unmounted = await this.d.mounter.unmount(r.tmpfs_dir);
     const removed = cgEmpty ? await removeGroup(r.cgroup) : false;
     const owned = processesOwnedBy(r.host_uid);
     const released = owned.pids.length === 0;
@@ -392,6 +426,7 @@ export class CapsuleManager {
       tmpfsUnmounted: unmounted && !isMounted(r.tmpfs_dir),
       stateRemoved,
       commandWasRunning,
+      egress,
     });
     return { capsule_id: r.capsule_id, destroyed_at: this.d.clock.iso(), evidence, wipe: wipe.report, command_was_running: commandWasRunning };
   }

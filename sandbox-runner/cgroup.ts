@@ -132,17 +132,22 @@ export class CgroupManager {
    * `<own>/<name>-self` once, then enables memory/pids/cpu for its subtree.
    */
   private static prepareV2(ownDir: string, sub: string): void {
-    const enable = '+memory +pids +cpu';
-    if (!tryWrite(join(ownDir, 'cgroup.subtree_control'), enable)) {
+    const enableAll = (dir: string): boolean => {
+      // memory and pids are required; cpu is best effort (weight only).
+      const ok = tryWrite(join(dir, 'cgroup.subtree_control'), '+memory') && tryWrite(join(dir, 'cgroup.subtree_control'), '+pids');
+      tryWrite(join(dir, 'cgroup.subtree_control'), '+cpu');
+      return ok;
+    };
+    if (!enableAll(ownDir)) {
       const self = `${sub}-self`;
       mkdirSync(self, { recursive: true });
       write(join(self, 'cgroup.procs'), String(process.pid));
-      if (!tryWrite(join(ownDir, 'cgroup.subtree_control'), enable)) {
-        throw new CgroupError(`cannot enable memory/pids/cpu controllers under ${ownDir} (other processes share the runner's cgroup?)`);
+      if (!enableAll(ownDir)) {
+        throw new CgroupError(`cannot enable memory and pids controllers under ${ownDir} (other processes share the runner's cgroup, or they are not delegated)`);
       }
     }
     mkdirSync(sub, { recursive: true });
-    write(join(sub, 'cgroup.subtree_control'), enable);
+    if (!enableAll(sub)) throw new CgroupError(`cannot enable memory and pids controllers in ${sub}`);
   }
 
   create(id: string, limits: CgroupLimits): CapsuleCgroupPaths {
@@ -238,10 +243,11 @@ export function oomKills(p: CapsuleCgroupPaths): number {
   }
 }
 
-/** Sends sig to every process of the group (v2 SIGKILL uses cgroup.kill). */
-export function signalGroup(p: CapsuleCgroupPaths, sig: NodeJS.Signals): void {
+/** Sends sig to every process of the group except `spare` (v2 SIGKILL uses cgroup.kill). */
+export function signalGroup(p: CapsuleCgroupPaths, sig: NodeJS.Signals, spare: number | null = null): void {
   if (p.mode === 'v2' && sig === 'SIGKILL' && tryWrite(join(p.memory, 'cgroup.kill'), '1')) return;
   for (const pid of groupPids(p)) {
+    if (pid === spare) continue;
     try {
       process.kill(pid, sig);
     } catch {

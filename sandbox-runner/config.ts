@@ -88,7 +88,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
   const socketPath = absPath(m, 'socket', `${stateDir}/runner.sock`);
   const uidBase = int(m, 'uid_base', 200000, 1000, 2 ** 31 - 70000);
   const uidCount = int(m, 'uid_count', 1000, 1, 65536);
-  const runtimes: Record<string, string> = { default: '/' };
+  // The host prefix carries sh, python3.11 and node 20; these labels use it unless configured otherwise.
+  const runtimes: Record<string, string> = { default: '/', shell: '/', python3: '/', 'python3.11': '/', node: '/', node20: '/' };
   const rt = m.get('runtimes');
   if (rt !== undefined) {
     // label=/root,label2=/root2

@@ -23,6 +23,8 @@ export interface DestroyMeasurements {
   tmpfsUnmounted: boolean;
   stateRemoved: boolean;
   commandWasRunning: boolean;
+  /** Egress capsules: relay stopped and namespace removed; null without egress. */
+  egress: { relay_stopped: boolean; netns_removed: boolean } | null;
 }
 
 const WRITABLE_OK = new Set(['/data/input', '/data/output', '/tmp']);
@@ -114,6 +116,8 @@ export function buildEvidence(m: DestroyMeasurements): StepEvidence[] {
       tmpfs_unmounted: m.tmpfsUnmounted,
       uid_released: m.uid.released,
       state_removed: m.stateRemoved,
+      egress_relay_stopped: m.egress ? m.egress.relay_stopped : null,
+      egress_netns_removed: m.egress ? m.egress.netns_removed : null,
       host_swap_active: m.host.swap_active,
       host_init_on_free: m.host.init_on_free,
     },

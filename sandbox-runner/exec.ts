@@ -147,7 +147,9 @@ export function runExec(p: ExecParams): Promise<ExecOutcome> {
   p.onStart?.(abort);
   const timeout = setTimeout(() => {
     timedOut = true;
-    signalGroup(p.cgroup, 'SIGTERM');
+    // SIGTERM the workload only: the outer bwrap (our direct child) must stay
+    // to report the command's status; it is SIGKILLed with the rest after the grace.
+    signalGroup(p.cgroup, 'SIGTERM', child.pid ?? null);
     killTimer = setTimeout(abort, p.killGraceMs);
   }, p.timeoutMs);
   // v1 has no group OOM kill: when the kernel killed one process, kill them all.

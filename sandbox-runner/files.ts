@@ -28,7 +28,7 @@ function errnoToRunner(e: unknown, field: string): RunnerError {
   if (code === 'ENOSPC') return new RunnerError('no_space', 'capsule tmpfs is full');
   if (code === 'ELOOP') return new RunnerError('invalid', `${field}: is a symbolic link; refused`);
   if (code === 'ENOENT') return new RunnerError('not_found', `${field}: no such file`);
-  if (code === 'ENXIO' || code === 'EISDIR') return new RunnerError('invalid', `${field}: not a regular file; refused`);
+  if (code === 'ENXIO' || code === 'EISDIR' || code === 'EACCES' || code === 'EPERM') return new RunnerError('invalid', `${field}: not a regular file; refused`);
   return new RunnerError('internal', `${field}: ${code ?? 'I/O error'}`);
 }
 

@@ -2,17 +2,19 @@
 // start without root, bubblewrap or with swap on, recovers capsules left by
 // a crash, then serves the runner protocol on a 0600 Unix socket.
 // Prints "ready <socket>" on stdout once it accepts connections.
-import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { RUNNER_PROTOCOL_VERSION } from '../shared/runner-protocol.js';
 import { CgroupError, CgroupManager } from './cgroup.js';
-import { CapsuleManager } from './capsule.js';
+import { CapsuleManager, etcDirFor } from './capsule.js';
 import { systemClock, systemRandom } from './clock.js';
 import { ConfigError, loadConfig, type RunnerConfig } from './config.js';
 import { bwrapVersion, hostFacts, nsInodes, swapActive } from './host.js';
 import { recoverCapsules } from './recovery.js';
 import { compilePolicy, loadPolicy, PolicyError } from './seccomp.js';
+import { prepareEtc } from './sandbox.js';
 import { startServer } from './server.js';
+import { Mounter } from './tmpfs.js';
 import { UidPool } from './uids.js';
 
 function fail(msg: string): never {
@@ -42,6 +44,11 @@ async function main(): Promise<void> {
     chmodSync(config.stateDir, 0o711);
     seccompPath = join(config.stateDir, 'seccomp.bpf');
     writeFileSync(seccompPath, compilePolicy(loadPolicy(config.seccompPolicyPath)), { mode: 0o600 });
+    for (const [label, root] of Object.entries(config.runtimes)) {
+      if (!existsSync(join(root, 'usr'))) fail(`runtime ${label}: image root ${root} has no usr/`);
+    }
+    for (const root of new Set(Object.values(config.runtimes))) prepareEtc(root, etcDirFor(config.stateDir, root));
+    chmodSync(join(config.stateDir, 'etc'), 0o711);
   } catch (e) {
     if (e instanceof PolicyError) fail(`seccomp policy ${config.seccompPolicyPath}: ${e.message}`);
     fail(`cannot prepare state dir ${config.stateDir}: ${(e as Error).message}`);
@@ -52,7 +59,8 @@ async function main(): Promise<void> {
   } catch (e) {
     fail(`cgroups: ${e instanceof CgroupError ? e.message : (e as Error).message}`);
   }
-  const lost = await recoverCapsules(config.stateDir, cgroups, systemClock, systemRandom);
+  const mounter = Mounter.start();
+  const lost = await recoverCapsules(config.stateDir, cgroups, mounter, systemClock, systemRandom);
   const facts = hostFacts(cgroups.mode, bwrap);
   const manager = new CapsuleManager({
     config,
@@ -62,6 +70,7 @@ async function main(): Promise<void> {
     random: systemRandom,
     host: facts,
     hostNamespaces: nsInodes('self'),
+    mounter,
     seccompPath,
   });
   const server = await startServer(config.socketPath, {
@@ -76,6 +85,7 @@ async function main(): Promise<void> {
     server.close();
     void manager.shutdown().finally(() => {
       cgroups.removeSubtree();
+      mounter.close();
       process.exit(0);
     });
   };

@@ -7,10 +7,11 @@ import type { LostCapsule } from '../shared/runner-protocol.js';
 import { killGroup, removeGroup, type CgroupManager } from './cgroup.js';
 import { CAPSULE_ID_RE, capsulesDir, type CapsuleRecord } from './capsule.js';
 import type { Clock, Random } from './clock.js';
-import { isMounted, unmountTmpfs } from './tmpfs.js';
+import { recoverEgress } from './egress.js';
+import { isMounted, type Mounter } from './tmpfs.js';
 import { wipeTree } from './wipe.js';
 
-export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, clock: Clock, random: Random): Promise<LostCapsule[]> {
+export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, mounter: Mounter, clock: Clock, random: Random): Promise<LostCapsule[]> {
   const dir = capsulesDir(stateDir);
   const ids = new Set<string>();
   if (existsSync(dir)) {
@@ -32,6 +33,7 @@ export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, 
     // Recorded paths first (the runner's own cgroup may have moved), then this runner's layout.
     const paths = record?.cgroup ?? cgroups.pathsFor(id);
     await killGroup(paths);
+    if (record?.egress) await recoverEgress(record.egress);
     const fresh = cgroups.pathsFor(id);
     if (fresh.memory !== paths.memory) await killGroup(fresh);
     let wipe = null;
@@ -39,7 +41,7 @@ export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, 
       const key = random.bytes(32);
       wipe = wipeTree(tmpfsDir, key).report;
       key.fill(0);
-      unmountTmpfs(tmpfsDir);
+      await mounter.unmount(tmpfsDir);
     }
     await removeGroup(paths);
     if (fresh.memory !== paths.memory) await removeGroup(fresh);

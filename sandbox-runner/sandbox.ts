@@ -7,7 +7,7 @@
 //
 // fd 3 carries the compiled seccomp program, fd 4 receives bwrap's
 // {"child-pid": N} so the runner can observe the capsule's namespaces.
-import { lstatSync, readlinkSync } from 'node:fs';
+import { cpSync, existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 export const INSIDE_UID = 1000;
@@ -17,18 +17,50 @@ export const INFO_FD = 4;
 /** Present only on observed execs: bwrap waits here, sandbox fully set up, until the runner has looked. */
 export const BLOCK_FD = 5;
 
-/** /etc entries a workload needs (dynamic loader, TLS roots, alternatives links, time zone). */
-const ETC_SUBSET = [
-  'ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'alternatives', 'ssl', 'ca-certificates',
-  'ca-certificates.conf', 'localtime', 'nsswitch.conf', 'host.conf', 'gai.conf', 'mime.types',
-  'python3', 'python3.11',
-];
+/**
+ * /etc entries a workload needs from the image (dynamic loader cache, TLS
+ * roots, Debian alternatives links, time zone, NSS order). Nothing else of
+ * the host /etc is visible.
+ */
+const ETC_SUBSET = ['ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'alternatives', 'ssl', 'localtime', 'nsswitch.conf'];
+
+/**
+ * Builds the capsules' /etc for one image root once, at runner start: a copy
+ * of ETC_SUBSET (symlinks kept verbatim; they point into the image's /usr)
+ * plus generated passwd, group and hosts. One read-only bind per exec
+ * instead of one per file keeps exec start-up short.
+ */
+export function prepareEtc(imageRoot: string, dest: string): void {
+  rmSync(dest, { recursive: true, force: true });
+  mkdirSync(dest, { recursive: true, mode: 0o755 });
+  for (const e of ETC_SUBSET) {
+    const src = join(imageRoot, 'etc', e);
+    if (!existsSync(src) && !isSymlink(src)) continue;
+    // Never copy private key material (e.g. /etc/ssl/private) into a capsule-visible tree.
+    cpSync(src, join(dest, e), { recursive: true, verbatimSymlinks: true, preserveTimestamps: true, filter: (from) => !/\/private(\/|$)/.test(from) });
+  }
+  writeFileSync(join(dest, 'passwd'), `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\ncapsule:x:${INSIDE_UID}:${INSIDE_GID}:capsule:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`, { mode: 0o644 });
+  writeFileSync(join(dest, 'group'), `root:x:0:\ncapsule:x:${INSIDE_GID}:\nnogroup:x:65534:\n`, { mode: 0o644 });
+  // Mount point for an egress capsule's CA bundle (the /etc bind is read-only, so it must pre-exist).
+  writeFileSync(join(dest, 'capsule-ca.pem'), '', { mode: 0o644 });
+  writeFileSync(join(dest, 'hosts'), '127.0.0.1 localhost\n::1 localhost\n', { mode: 0o644 });
+}
+
+function isSymlink(p: string): boolean {
+  try {
+    return lstatSync(p).isSymbolicLink();
+  } catch {
+    return false;
+  }
+}
 
 export interface SandboxSpec {
   /** Host directory of the capsule's tmpfs. */
   tmpfsDir: string;
   /** Read-only base image root ("/" = the host system prefix). */
   imageRoot: string;
+  /** The /etc prepared for that image by prepareEtc. */
+  etcDir: string;
   hostUid: number;
   hostname: string;
   hasApp: boolean;
@@ -39,6 +71,8 @@ export interface SandboxSpec {
   block?: boolean;
   /** Egress: enter this network namespace instead of unsharing one (see egress.ts). */
   netnsPath?: string | null;
+  /** Egress: CA bundle file bound read-only at /etc/capsule-ca.pem. */
+  caFile?: string | null;
 }
 
 /** bwrap mount arguments for the top-level entries of the image root (/usr, /bin, /lib...). */
@@ -55,8 +89,6 @@ function imageArgs(root: string): string[] {
     if (st.isSymbolicLink()) args.push('--symlink', readlinkSync(p), `/${top}`);
     else if (st.isDirectory()) args.push('--ro-bind', p, `/${top}`);
   }
-  args.push('--dir', '/etc');
-  for (const e of ETC_SUBSET) args.push('--ro-bind-try', join(root, 'etc', e), `/etc/${e}`);
   return args;
 }
 
@@ -68,7 +100,6 @@ export function buildExecArgv(s: SandboxSpec): { file: string; args: string[] } 
     img = imageArgs(s.imageRoot);
     imageArgsCache.set(s.imageRoot, img);
   }
-  const sys = join(s.tmpfsDir, '.sys');
   const bwrap = [
     'bwrap',
     '--unshare-user', '--unshare-ipc', '--unshare-pid', '--unshare-uts', '--unshare-cgroup-try',
@@ -78,10 +109,8 @@ export function buildExecArgv(s: SandboxSpec): { file: string; args: string[] } 
     '--hostname', s.hostname,
     '--die-with-parent', '--new-session', '--cap-drop', 'ALL',
     ...img,
-    '--ro-bind', join(sys, 'passwd'), '/etc/passwd',
-    '--ro-bind', join(sys, 'group'), '/etc/group',
-    '--ro-bind', join(sys, 'hosts'), '/etc/hosts',
-    '--ro-bind', join(sys, 'hostname'), '/etc/hostname',
+    '--ro-bind', s.etcDir, '/etc',
+    ...(s.caFile ? ['--ro-bind', s.caFile, '/etc/capsule-ca.pem'] : []),
     '--proc', '/proc',
     '--dev', '/dev',
     '--bind', join(s.tmpfsDir, 'input'), '/data/input',

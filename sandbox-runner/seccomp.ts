@@ -26,7 +26,7 @@ const OFF_NR = 0;
 const OFF_ARCH = 4;
 const offArgLow = (i: number): number => 16 + 8 * i;
 
-const ERRNOS: Record<string, number> = { EPERM: 1, ENOSYS: 38, EACCES: 13, EAFNOSUPPORT: 97 };
+const ERRNOS: Record<string, number> = { EPERM: 1, ENOSYS: 38, EACCES: 13, EAFNOSUPPORT: 97, EOPNOTSUPP: 95 };
 
 interface Insn { code: number; jt: number; jf: number; k: number }
 

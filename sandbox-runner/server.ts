@@ -19,7 +19,7 @@ function handlers(d: ServerDeps): Record<string, Handler> {
   const m = d.manager;
   return {
     hello: async () => ({ result: d.hello() }),
-    create: async (p) => ({ result: m.create(p as never) }),
+    create: async (p) => ({ result: await m.create(p as never) }),
     exec: async (p) => ({ result: await m.exec(p as never) }),
     upload: async (p, body) => ({ result: m.upload(p as never, body) }),
     list_output: async (p) => ({ result: m.listOutput(p as never) }),
@@ -48,7 +48,9 @@ export function startServer(socketPath: string, d: ServerDeps): Promise<Server> 
     sock.on('data', (chunk: Buffer) => {
       for (const ev of decoder.push(chunk)) {
         if (ev.kind === 'error') {
-          send({ id: null, ok: false, error: { code: 'invalid', message: ev.error.message } });
+          const hid = ev.error.header?.['id'];
+          const code = ev.error.kind === 'too_large' ? 'too_large' : 'invalid';
+          send({ id: typeof hid === 'number' ? hid : null, ok: false, error: { code, message: `body: ${ev.error.message}` } });
           if (ev.error.fatal) sock.end();
           continue;
         }

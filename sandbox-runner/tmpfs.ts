@@ -1,22 +1,105 @@
-// The capsule's private, size-bounded tmpfs on the host, mounted with the
-// util-linux mount/umount tools (the runner stays free of native code).
-import { spawnSync } from 'node:child_process';
+// The capsule's private, size-bounded tmpfs on the host.
+//
+// mount(2)/umount2(2) take microseconds, but spawning util-linux mount/umount
+// costs 5-20 ms each (process start plus libmount). Node cannot make those
+// syscalls, so one small helper (python3 + ctypes, started once per runner,
+// not per capsule) makes them on request; if it cannot run, the runner falls
+// back to the util-linux tools. Requests are lines of NUL-separated fields.
+import { spawn, spawnSync, type ChildProcessByStdio } from 'node:child_process';
+import type { Readable, Writable } from 'node:stream';
 import { mountinfoOf } from './host.js';
 
 export class TmpfsError extends Error {}
 
-export function mountTmpfs(dir: string, sizeMb: number): void {
-  const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeMb}m,mode=0711,nosuid,nodev`, 'capsule-tmpfs', dir], { encoding: 'utf8' });
-  if (r.status !== 0) throw new TmpfsError(`mount tmpfs at ${dir} failed: ${(r.stderr || '').trim()}`);
-}
+const HELPER = String.raw`
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+MS_NOSUID, MS_NODEV, MNT_DETACH, EBUSY = 2, 4, 2, 16
+for line in sys.stdin:
+    f = line.rstrip("\n").split("\0")
+    r, err = -1, 22
+    if f[0] == "mount" and len(f) == 3:
+        r = libc.mount(b"capsule-tmpfs", f[1].encode(), b"tmpfs", MS_NOSUID | MS_NODEV, ("size=%dm,mode=0711" % int(f[2])).encode())
+        err = ctypes.get_errno()
+    elif f[0] == "umount" and len(f) == 2:
+        r = libc.umount2(f[1].encode(), 0)
+        err = ctypes.get_errno()
+        if r != 0 and err == EBUSY:
+            r = libc.umount2(f[1].encode(), MNT_DETACH)
+            err = ctypes.get_errno()
+    sys.stdout.write("ok\n" if r == 0 else "err %d\n" % err)
+    sys.stdout.flush()
+`;
 
 export function isMounted(dir: string): boolean {
   return mountinfoOf('self').some((m) => m.mount_point === dir);
 }
 
-/** Unmounts dir (lazily if still busy); returns whether it is gone from our mount table. */
-export function unmountTmpfs(dir: string): boolean {
-  let r = spawnSync('umount', [dir], { encoding: 'utf8' });
-  if (r.status !== 0 && isMounted(dir)) r = spawnSync('umount', ['-l', dir], { encoding: 'utf8' });
-  return !isMounted(dir);
+export class Mounter {
+  private helper: ChildProcessByStdio<Writable, Readable, null> | null = null;
+  private readonly waiting: ((reply: string | null) => void)[] = [];
+  private buf = '';
+
+  /** Starts the helper (best effort). */
+  static start(): Mounter {
+    const m = new Mounter();
+    try {
+      const h = spawn('/usr/bin/python3', ['-I', '-S', '-c', HELPER], { stdio: ['pipe', 'pipe', 'ignore'], env: {} });
+      h.on('error', () => m.dead());
+      h.on('exit', () => m.dead());
+      h.stdin.on('error', () => m.dead());
+      h.stdout.on('data', (b: Buffer) => {
+        m.buf += b.toString('utf8');
+        let i;
+        while ((i = m.buf.indexOf('\n')) >= 0) {
+          const line = m.buf.slice(0, i);
+          m.buf = m.buf.slice(i + 1);
+          m.waiting.shift()?.(line);
+        }
+      });
+      // Not unref'd: a pending request (e.g. during start-up recovery) must keep the runner alive.
+      // The helper ends by itself when the runner goes away (EOF on its stdin).
+      m.helper = h;
+    } catch {
+      m.helper = null;
+    }
+    return m;
+  }
+
+  private dead(): void {
+    this.helper = null;
+    for (const w of this.waiting.splice(0)) w(null);
+  }
+
+  private ask(fields: string[]): Promise<string | null> {
+    const h = this.helper;
+    if (!h || fields.some((f) => f.includes('\0') || f.includes('\n'))) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      this.waiting.push(resolve);
+      h.stdin.write(`${fields.join('\0')}\n`);
+    });
+  }
+
+  async mount(dir: string, sizeMb: number): Promise<void> {
+    const reply = await this.ask(['mount', dir, String(sizeMb)]);
+    if (reply === 'ok') return;
+    if (reply !== null) throw new TmpfsError(`mount tmpfs at ${dir} failed: ${reply}`);
+    const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeMb}m,mode=0711,nosuid,nodev`, 'capsule-tmpfs', dir], { encoding: 'utf8' });
+    if (r.status !== 0) throw new TmpfsError(`mount tmpfs at ${dir} failed: ${(r.stderr || '').trim()}`);
+  }
+
+  /** Unmounts dir (lazily if still busy); returns whether it is gone from our mount table. */
+  async unmount(dir: string): Promise<boolean> {
+    const reply = await this.ask(['umount', dir]);
+    if (reply === null) {
+      const r = spawnSync('umount', [dir], { encoding: 'utf8' });
+      if (r.status !== 0 && isMounted(dir)) spawnSync('umount', ['-l', dir]);
+    }
+    return !isMounted(dir);
+  }
+
+  close(): void {
+    this.helper?.stdin.end();
+    this.helper = null;
+  }
 }

@@ -18,6 +18,8 @@ export const WIPE_PASSES = ['zeros', 'ones', 'random', 'zeros'];
 
 const ZEROS = Buffer.alloc(REGION_BYTES, 0x00);
 const ONES = Buffer.alloc(REGION_BYTES, 0xff);
+/** Leaf hash of `len` zero bytes, by len: a pure function, so computed once per process. */
+const ZERO_LEAVES = new Map<number, Buffer>();
 
 export interface WipeOutcome {
   report: WipeReport;
@@ -66,7 +68,6 @@ function readFull(fd: number, buf: Buffer, len: number, pos: number): number {
 export function wipeTree(root: string, key: Buffer): WipeOutcome {
   const { files, other } = listFiles(root);
   const leaves: Buffer[] = [];
-  const leafCache = new Map<number, Buffer>();
   const readBuf = Buffer.allocUnsafe(REGION_BYTES);
   const errors: string[] = [];
   let bytes = 0;
@@ -105,10 +106,10 @@ export function wipeTree(root: string, key: Buffer): WipeOutcome {
           leaves.push(leafHash(readBuf.subarray(0, len)));
         } else {
           // The region read back equal to `len` zero bytes: its leaf is the leaf of that buffer.
-          let h = leafCache.get(len);
+          let h = ZERO_LEAVES.get(len);
           if (!h) {
             h = leafHash(ZEROS.subarray(0, len));
-            leafCache.set(len, h);
+            if (ZERO_LEAVES.size < 256) ZERO_LEAVES.set(len, h); // bounded: a few common lengths
           }
           leaves.push(h);
         }

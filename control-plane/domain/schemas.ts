@@ -66,7 +66,8 @@ export const createSessionSchema = z.strictObject({
 });
 
 export const execSchema = z.strictObject({
-  command: z.string().min(1),
+  /** Optional for a capsule pinned to a Capsulefile: its entrypoint runs. */
+  command: z.string().min(1).optional(),
   input_data: z.string().optional(),
   input_filename: z.string().min(1).max(4096).optional(),
   timeout: int(1, 365 * 24 * 3600).optional(),

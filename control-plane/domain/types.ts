@@ -55,6 +55,8 @@ export interface Capsule {
   data_classification: DataClassification;
   jurisdiction: Jurisdiction;
   capsulefile_id: string | null;
+  /** Content hash of the pinned Capsulefile, kept on the capsule so proofs outlive the Capsulefile. */
+  capsulefile_content_hash: string | null;
   metadata: Record<string, string>;
   execution_count: number;
   bytes_processed: number;

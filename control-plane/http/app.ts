@@ -3,6 +3,7 @@ import Koa from 'koa';
 import type { AppDeps } from './context.js';
 import { requestContext } from './middleware.js';
 import { capsuleRoutes } from './routes/capsules.js';
+import { capsulefileRoutes } from './routes/capsulefiles.js';
 import { publicRoutes } from './routes/public.js';
 import { sessionRoutes } from './routes/sessions.js';
 
@@ -14,7 +15,7 @@ export function createApp(d: AppDeps): Koa {
   const app = new Koa({ proxy: false });
   app.silent = true; // errors are rendered and logged by requestContext
   app.use(requestContext(d) as Koa.Middleware);
-  for (const r of [publicRoutes(d), capsuleRoutes(d), sessionRoutes(d)]) {
+  for (const r of [publicRoutes(d), capsuleRoutes(d), capsulefileRoutes(d), sessionRoutes(d)]) {
     app.use(r.routes() as unknown as Koa.Middleware);
   }
   return app;

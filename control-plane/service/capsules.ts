@@ -1,7 +1,7 @@
 // Capsule lifecycle up to destruction: create, read, list, exec, upload,
 // output. Every step that touches customer data records its activity event
 // durably as it happens.
-import { ApiError } from '../../shared/errors.js';
+import { ApiError, invalid } from '../../shared/errors.js';
 import type { ExecResult, FileEntry } from '../../shared/runner-protocol.js';
 import type { ApiForm, Caller, Capsule, CapsulePage, DataClassification } from '../domain/index.js';
 import { LIVE_STATUSES } from '../domain/index.js';
@@ -10,6 +10,7 @@ import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 import { fromRunner } from './runner-errors.js';
 import type { RecoveryGate } from './recovery.js';
+import type { CapsulefileService } from './capsulefiles.js';
 
 export const DEFAULT_TTL_SECONDS = 300;
 /** Runner memory ceiling per capsule when no Capsulefile sets one. */
@@ -38,7 +39,10 @@ export class LiveState {
 }
 
 export class CapsuleService {
-  constructor(private readonly d: Deps, private readonly live: LiveState, private readonly gate: RecoveryGate) {}
+  constructor(
+    private readonly d: Deps, private readonly live: LiveState, private readonly gate: RecoveryGate,
+    private readonly capsulefiles: CapsulefileService,
+  ) {}
 
   /** Loads a capsule the caller owns; anything else is 404 (SPEC: ownership). */
   async owned(caller: Caller, id: string, form?: ApiForm): Promise<Capsule> {
@@ -68,11 +72,18 @@ export class CapsuleService {
       // Egress profiles are not served by this install yet: no id can exist.
       throw new ApiError('resource_not_found', 'egress_profile_id: egress profile not found');
     }
-    if (input.capsulefile_id !== undefined) {
-      // Capsulefiles are not served by this install yet: no id can exist.
-      throw new ApiError('resource_not_found', 'capsulefile_id: Capsulefile not found');
+    // A pinned capsule: finalized Capsulefile only, its packages present in the base image (never downloaded).
+    // TODO(egress wiring): when egress profiles are served, hand def.egress_declaration (as `declaration`)
+    // and def.mcp_policy (as `mcpPolicy`) to startEgressProxy; until then a pinned capsule has no network.
+    const pinned = input.capsulefile_id === undefined ? null : await this.capsulefiles.forCapsule(caller, input.capsulefile_id);
+    const def = pinned?.capsulefile.definition;
+    if (def?.packages) {
+      const missing = await this.d.baseImage.missingPackages(def.packages);
+      if (missing.length > 0) throw invalid('capsulefile_id', `declared package ${missing.join(', ')} is not in the base image (packages are never downloaded)`);
     }
-    const ttl = Math.min(input.ttl ?? DEFAULT_TTL_SECONDS, limits.max_ttl_seconds);
+    // Capsulefile defaults apply under the request's own values, then the tier caps.
+    const ttl = Math.min(input.ttl ?? def?.default_ttl ?? DEFAULT_TTL_SECONDS, limits.max_ttl_seconds);
+    const memoryMb = def?.memory_mb === undefined ? DEFAULT_MEMORY_MB : Math.min(def.memory_mb, this.d.memoryCeilingsMb[a.tier]);
     const outcome = await this.d.store.reserveCapsule(a.customer_id, limits, cycleStart(this.d.clock.nowMs()));
     if (outcome !== 'ok') {
       const what = outcome === 'concurrent_capsules' ? `concurrent capsules (${limits.concurrent_capsules})`
@@ -84,12 +95,19 @@ export class CapsuleService {
     const capsule: Capsule = {
       id, customer_id: a.customer_id, status: 'active', api_form: input.form, ttl_seconds: ttl,
       created_at: isoMicros(nowMs), expires_at: isoMicros(nowMs + ttl * 1000),
-      data_classification: input.data_classification ?? 'general', jurisdiction: a.jurisdiction,
-      capsulefile_id: null, metadata: input.metadata, execution_count: 0, bytes_processed: 0, destroyed_at: null,
+      data_classification: input.data_classification ?? def?.data_classification ?? 'general', jurisdiction: a.jurisdiction,
+      capsulefile_id: pinned?.capsulefile.id ?? null, capsulefile_content_hash: pinned?.capsulefile.content_hash ?? null, metadata: input.metadata, execution_count: 0, bytes_processed: 0, destroyed_at: null,
       billable: caller.key_mode === 'live',
     };
     try {
-      await this.d.runner.create({ capsule_id: id, memory_mb: DEFAULT_MEMORY_MB });
+      await this.d.runner.create({
+        capsule_id: id, memory_mb: memoryMb,
+        // Files mounted read-only at /capsule/app; env_vars set for every exec.
+        ...(pinned ? {
+          env: { ...(def?.env_vars ?? {}) },
+          app_files: pinned.files.map((f) => ({ filename: f.filename, content_b64: Buffer.from(f.bytes).toString('base64') })),
+        } : {}),
+      });
     } catch (e) {
       await this.d.store.unreserveCapsule(a.customer_id);
       throw fromRunner(e, 'capsule');
@@ -97,7 +115,10 @@ export class CapsuleService {
     try {
       await this.d.store.insertCapsule(capsule, {
         type: 'CapsuleStarted', at: capsule.created_at,
-        fields: { data_classification: capsule.data_classification, jurisdiction: capsule.jurisdiction, region: this.d.region },
+        fields: {
+          data_classification: capsule.data_classification, jurisdiction: capsule.jurisdiction, region: this.d.region,
+          ...(capsule.capsulefile_id !== null ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash } : {}),
+        },
       });
     } catch (e) {
       // Nothing half-written: the runner's capsule goes, the slot comes back.
@@ -107,6 +128,14 @@ export class CapsuleService {
     }
     this.d.log.info({ capsule_id: id, customer_id: a.customer_id }, 'capsule created');
     return capsule;
+  }
+
+  /** The command an exec without `command` runs: the pinned Capsulefile's entrypoint. */
+  async entrypointFor(caller: Caller, id: string): Promise<string> {
+    const c = await this.owned(caller, id);
+    const cf = c.capsulefile_id === null ? null : await this.d.capsulefiles.getCapsulefile(c.capsulefile_id);
+    if (!cf) throw invalid('command', 'is required (the capsule has no Capsulefile entrypoint)');
+    return cf.definition.entrypoint;
   }
 
   async list(caller: Caller, limit: number, cursor: string | null): Promise<CapsulePage> {

@@ -1,7 +1,8 @@
 // What every service receives: ports only, injected at start.
 import type { CryptoProvider } from '../../shared/proof/index.js';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
-import type { Clock, Random, Store, TierTable } from '../domain/index.js';
+import type { BaseImage, CapsulefileStore } from '../capsulefile/index.js';
+import type { Clock, Random, Store, Tier, TierTable } from '../domain/index.js';
 import type { RegulatoryMapping } from './regulatory.js';
 
 /** The subset of a pino logger the services use. */
@@ -13,6 +14,11 @@ export interface Log {
 
 export interface Deps {
   store: Store;
+  capsulefiles: CapsulefileStore;
+  /** Answers which declared Capsulefile packages the capsule base image lacks. */
+  baseImage: BaseImage;
+  /** Per-tier ceiling of a capsule's memory_mb. */
+  memoryCeilingsMb: Record<Tier, number>;
   runner: RunnerPort;
   clock: Clock;
   random: Random;

@@ -25,7 +25,12 @@ const TIMESTAMP_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
 export type DestroyTrigger = 'customer_request' | 'ttl_expired';
 
 function capsuleContext(c: Capsule): CapsuleContext {
-  return { jurisdiction: c.jurisdiction, data_classification: c.data_classification };
+  // CONTRACT 8: a pinned capsule's Capsulefile id and content hash are signed through the view.
+  return {
+    jurisdiction: c.jurisdiction, data_classification: c.data_classification,
+    ...(c.capsulefile_id !== null && c.capsulefile_content_hash !== null
+      ? { capsulefile_id: c.capsulefile_id, capsulefile_content_hash: c.capsulefile_content_hash } : {}),
+  };
 }
 
 const b64 = (b: Uint8Array): string => Buffer.from(b).toString('base64');

@@ -1,5 +1,6 @@
 // Public entry of the service layer.
 import { AccountService } from './accounts.js';
+import { CapsulefileService } from './capsulefiles.js';
 import { CapsuleService, LiveState } from './capsules.js';
 import type { Deps } from './deps.js';
 import { DestructionService } from './destruction.js';
@@ -16,10 +17,13 @@ export type { RecoveryReport } from './recovery.js';
 export { RecoveryGate } from './recovery.js';
 export type { DestroyTrigger } from './destruction.js';
 export { DEFAULT_TTL_SECONDS } from './capsules.js';
+export { readSystemCapsulefiles } from './system-capsulefiles.js';
+export type { CapsulefileDetail } from './capsulefiles.js';
 
 export interface Services {
   accounts: AccountService;
   capsules: CapsuleService;
+  capsulefiles: CapsulefileService;
   destruction: DestructionService;
   proofs: ProofService;
   sweeper: Sweeper;
@@ -30,9 +34,11 @@ export function buildServices(d: Deps, sweepIntervalMs: number): Services {
   const live = new LiveState();
   const destruction = new DestructionService(d, live);
   const recovery = new RecoveryGate(() => recover(d, destruction), d.log);
+  const capsulefiles = new CapsulefileService(d);
   return {
     accounts: new AccountService(d),
-    capsules: new CapsuleService(d, live, recovery),
+    capsules: new CapsuleService(d, live, recovery, capsulefiles),
+    capsulefiles,
     destruction,
     proofs: new ProofService(d),
     sweeper: new Sweeper(d, destruction, sweepIntervalMs, recovery),

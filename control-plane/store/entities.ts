@@ -39,7 +39,7 @@ export interface CapsuleRow {
   id: string; customer_id: string; status: string; api_form: string; ttl_seconds: number;
   created_at: string; expires_at: string; data_classification: string; jurisdiction: string;
   capsulefile_id: string | null; metadata: string; execution_count: number; bytes_processed: number;
-  destroyed_at: string | null; billable: number; activity_seq: number;
+  destroyed_at: string | null; billable: number; activity_seq: number; capsulefile_content_hash: string | null;
 }
 export const CapsuleEntity = new EntitySchema<CapsuleRow>({
   name: 'CapsuleRow', tableName: 'capsules',
@@ -60,6 +60,7 @@ export const CapsuleEntity = new EntitySchema<CapsuleRow>({
     destroyed_at: { type: 'string', nullable: true },
     billable: { type: 'integer' },
     activity_seq: { type: 'integer' },
+    capsulefile_content_hash: { type: 'string', nullable: true },
   },
 });
 
@@ -138,4 +139,37 @@ export const ContactEntity = new EntitySchema<ContactRow>({
   },
 });
 
-export const ENTITIES = [ContactEntity, AccountEntity, ApiKeyEntity, CapsuleEntity, ActivityEntity, ProofEntity, KeyEntity, IdempotencyEntity];
+export interface CapsulefileRow {
+  id: string; owner: string; name: string; status: string; definition: string; content_hash: string | null;
+  size_bytes: number | null; file_count: number | null; finalized_at: string | null; created_at: string;
+}
+export const CapsulefileEntity = new EntitySchema<CapsulefileRow>({
+  name: 'CapsulefileRow', tableName: 'capsulefiles',
+  properties: {
+    id: { type: 'string', primary: true },
+    owner: { type: 'string' },
+    name: { type: 'string' },
+    status: { type: 'string' },
+    definition: { type: 'text' },
+    content_hash: { type: 'string', nullable: true },
+    size_bytes: { type: 'double', nullable: true },
+    file_count: { type: 'integer', nullable: true },
+    finalized_at: { type: 'string', nullable: true },
+    created_at: { type: 'string' },
+  },
+});
+
+/** File bytes are stored base64 in a text column: one portable type on both drivers. */
+export interface CapsulefileFileRow { capsulefile_id: string; filename: string; size_bytes: number; sha512: string; content_b64: string }
+export const CapsulefileFileEntity = new EntitySchema<CapsulefileFileRow>({
+  name: 'CapsulefileFileRow', tableName: 'capsulefile_files',
+  properties: {
+    capsulefile_id: { type: 'string', primary: true },
+    filename: { type: 'string', primary: true },
+    size_bytes: { type: 'integer' },
+    sha512: { type: 'string' },
+    content_b64: { type: 'text', lazy: true },
+  },
+});
+
+export const ENTITIES = [CapsulefileEntity, CapsulefileFileEntity, ContactEntity, AccountEntity, ApiKeyEntity, CapsuleEntity, ActivityEntity, ProofEntity, KeyEntity, IdempotencyEntity];

@@ -45,4 +45,25 @@ export class Migration0001Initial extends Migration {
   }
 }
 
-export const MIGRATIONS = [{ name: 'Migration0001Initial', class: Migration0001Initial }];
+export class Migration0002Capsulefiles extends Migration {
+  override up(): void {
+    this.addSql(`create table "capsulefiles" (
+      "id" varchar(64) primary key, "owner" varchar(64) not null, "name" varchar(128) not null,
+      "status" varchar(16) not null, "definition" text not null, "content_hash" varchar(136) null,
+      "size_bytes" double precision null, "file_count" integer null, "finalized_at" varchar(40) null,
+      "created_at" varchar(40) not null, constraint "capsulefiles_owner_name_uq" unique ("owner", "name"))`);
+    this.addSql(`create index "capsulefiles_owner_idx" on "capsulefiles" ("owner", "created_at", "id")`);
+    this.addSql(`create table "capsulefile_files" (
+      "capsulefile_id" varchar(64) not null references "capsulefiles" ("id") on delete cascade,
+      "filename" varchar(255) not null, "size_bytes" integer not null, "sha512" varchar(136) not null,
+      "content_b64" text not null, primary key ("capsulefile_id", "filename"))`);
+    // A pinned capsule keeps the content hash itself: proofs stay right after the Capsulefile is deleted.
+    this.addSql(`alter table "capsules" add column "capsulefile_content_hash" varchar(136) null`);
+    this.addSql(`create index "capsules_capsulefile_idx" on "capsules" ("capsulefile_id", "status")`);
+  }
+}
+
+export const MIGRATIONS = [
+  { name: 'Migration0001Initial', class: Migration0001Initial },
+  { name: 'Migration0002Capsulefiles', class: Migration0002Capsulefiles },
+];

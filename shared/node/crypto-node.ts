@@ -24,9 +24,9 @@ const rawPublicSupported = ((): boolean => {
 })();
 
 /** A key description crypto.verify accepts, without creating a KeyObject. */
-function keyInput(publicKey: Uint8Array): KeyInput {
+function keyInput(publicKey: Uint8Array, rawPublic: boolean): KeyInput {
   const raw = Buffer.from(publicKey.buffer, publicKey.byteOffset, publicKey.byteLength);
-  return rawPublicSupported
+  return rawPublic
     ? { key: raw, format: 'raw-public', asymmetricKeyType: 'ed25519' }
     : { key: Buffer.concat([ED25519_SPKI_PREFIX, raw]), format: 'der', type: 'spki' };
 }
@@ -40,18 +40,21 @@ export interface NodeCryptoOptions {
   cacheKeys?: boolean;
   /** Cache bound; the cache is cleared when full. */
   maxCachedKeys?: number;
+  /** Force the DER SubjectPublicKeyInfo import (the path of Nodes without `raw-public`); for tests. */
+  keyImport?: 'auto' | 'der-spki';
 }
 
 export function createNodeCrypto(opts: NodeCryptoOptions = {}): CryptoProvider {
   const cache = opts.cacheKeys ? new Map<string, KeyObject>() : undefined;
   const max = opts.maxCachedKeys ?? 4096;
+  const rawPublic = rawPublicSupported && opts.keyImport !== 'der-spki';
   const keyFor = (publicKey: Uint8Array): KeyInput => {
-    if (cache === undefined) return keyInput(publicKey);
+    if (cache === undefined) return keyInput(publicKey, rawPublic);
     const id = Buffer.from(publicKey.buffer, publicKey.byteOffset, publicKey.byteLength).toString('latin1');
     let k = cache.get(id);
     if (k === undefined) {
       if (cache.size >= max) cache.clear();
-      k = createPublicKey(keyInput(publicKey) as Parameters<typeof createPublicKey>[0]);
+      k = createPublicKey(keyInput(publicKey, rawPublic) as Parameters<typeof createPublicKey>[0]);
       cache.set(id, k);
     }
     return k;

@@ -23,10 +23,16 @@ export interface Frame {
 export class FrameError extends Error {
   /** fatal: the byte stream cannot be resynchronized; the connection must close. */
   readonly fatal: boolean;
-  constructor(message: string, fatal: boolean) {
+  /** too_large: a well-formed frame whose body exceeded the bound (skipped, header kept). */
+  readonly kind: 'garbled' | 'too_large';
+  /** The header of a skipped oversized frame, so the peer can be answered by id. */
+  readonly header: Record<string, unknown> | null;
+  constructor(message: string, fatal: boolean, kind: 'garbled' | 'too_large' = 'garbled', header: Record<string, unknown> | null = null) {
     super(message);
     this.name = 'FrameError';
     this.fatal = fatal;
+    this.kind = kind;
+    this.header = header;
   }
 }
 
@@ -52,6 +58,8 @@ export class FrameDecoder {
   private chunks: Buffer[] = [];
   private buffered = 0;
   private dead = false;
+  /** Bytes of an oversized body still to discard. */
+  private skip = 0;
   constructor(private readonly limits: FrameLimits = DEFAULT_FRAME_LIMITS) {}
 
   push(chunk: Buffer): DecodeEvent[] {
@@ -60,11 +68,32 @@ export class FrameDecoder {
     this.buffered += chunk.length;
     const out: DecodeEvent[] = [];
     for (;;) {
+      if (this.skip > 0) {
+        const n = Math.min(this.skip, this.buffered);
+        this.take(n);
+        this.skip -= n;
+        if (this.skip > 0) break;
+      }
       if (this.buffered < FRAME_PREFIX_BYTES) break;
       const prefix = this.peek(FRAME_PREFIX_BYTES);
       const hLen = prefix.readUInt32BE(0);
       const bLen = prefix.readUInt32BE(4);
-      if (hLen === 0 || hLen > this.limits.maxHeaderBytes || bLen > this.limits.maxBodyBytes) {
+      if (hLen > 0 && hLen <= this.limits.maxHeaderBytes && bLen > this.limits.maxBodyBytes) {
+        // Well-formed but too big: keep the header (to answer by id), discard the body as it streams by.
+        if (this.buffered < FRAME_PREFIX_BYTES + hLen) break;
+        const head = this.take(FRAME_PREFIX_BYTES + hLen).subarray(FRAME_PREFIX_BYTES);
+        let header: Record<string, unknown> | null = null;
+        try {
+          const parsed: unknown = JSON.parse(head.toString('utf8'));
+          if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) header = parsed as Record<string, unknown>;
+        } catch {
+          header = null;
+        }
+        this.skip = bLen;
+        out.push({ kind: 'error', error: new FrameError(`frame body of ${bLen} bytes exceeds ${this.limits.maxBodyBytes}`, false, 'too_large', header) });
+        continue;
+      }
+      if (hLen === 0 || hLen > this.limits.maxHeaderBytes) {
         this.dead = true;
         this.chunks = [];
         this.buffered = 0;

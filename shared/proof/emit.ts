@@ -93,12 +93,16 @@ function zeroizingOnExit<T>(key: SigningKeyMaterial, f: () => T): T {
   }
 }
 
+/**
+ * The signed AuditRecord. Input must be JSON data (a JcsError otherwise); it is
+ * copied first, so later changes to the caller's objects cannot alter a signed record.
+ */
 export function emitRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
-  return zeroizingOnExit(key, () => buildRecord(input, key));
+  return zeroizingOnExit(key, () => buildRecord(structuredClone(input), key));
 }
 
 export function emitPartialRecord(input: PartialRecordInput, key: SigningKeyMaterial): AuditRecord {
-  return zeroizingOnExit(key, () => buildPartialRecord(input, key));
+  return zeroizingOnExit(key, () => buildPartialRecord(structuredClone(input), key));
 }
 
 function buildRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {

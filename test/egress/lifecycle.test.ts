@@ -86,6 +86,10 @@ t.test('invalid config is refused at start, naming the problem', async (t) => {
     mcpPolicy: { allowed_tools: 'x' as unknown as string[] },
   }), /mcp_policy\.allowed_tools/);
   await t.rejects(startEgressProxy({ capsuleId: 'cap_bad', profileRules: [], declaration: [], onEvent: () => {} }), /socketPath or tcp/);
+  await t.rejects(startEgressProxy({
+    capsuleId: 'cap_bad', tcp: { host: '127.0.0.1', port: 0 }, profileRules: [], declaration: [], onEvent: () => {},
+    extraCaPem: '-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n',
+  }), /extraCaPem/);
 });
 
 t.test('a throwing onEvent callback does not break the proxy', async (t) => {

@@ -152,6 +152,11 @@ t.test('with mcp_policy, a body over the inspection bound is refused (413), not 
   const r = await small.post('/mcp', call('delete_all', { pad: 'x'.repeat(4096) }));
   t.equal(r.status, 413);
   t.equal(up.seen.length, before);
+  const upload = await small.post('/json', Buffer.alloc(64 * 1024, 0x41));
+  t.equal(upload.status, 200, 'a body that cannot be a tools/call object (first byte not "{") streams at once, any size');
+  t.equal(JSON.parse(upload.body).echo_sha512, sha512(Buffer.alloc(64 * 1024, 0x41)));
+  const batch = await small.post('/mcp', `[${call('delete_all', { pad: 'y'.repeat(4096) })}]`);
+  t.equal(batch.status, 200, 'fail-open: a batch array over the bound is forwarded like any batch');
   await small.proxy.stop();
 });
 

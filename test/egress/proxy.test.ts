@@ -25,15 +25,16 @@ const proxy = await startEgressProxy({
     { kind: 'domain', value: 'api.egress.test', port: P.badTls },
     { kind: 'domain', value: 'api.egress.test', port: P.loris },
     { kind: 'domain', value: 'unlisted-ip.egress.test', port: P.https },
+    { kind: 'domain', value: 'meta.egress.test', port: 80 },
     // Loopback upstreams need the address named explicitly (loopback is refused otherwise).
     { kind: 'domain', value: 'api.egress.test', port: P.fatHeaders },
     ...[P.https, P.http, P.rogue, P.refused, P.badTls, P.loris, P.fatHeaders].map((port) => ({ kind: 'ip_v4' as const, value: '127.0.0.1', port })),
   ],
-  declaration: ['api.egress.test', 'decl-only.egress.test', 'unlisted-ip.egress.test', '127.0.0.1'],
+  declaration: ['api.egress.test', 'decl-only.egress.test', 'unlisted-ip.egress.test', 'meta.egress.test', '127.0.0.1'],
   extraCaPem: pki.caPem,
   resolver: fakeResolver({
     'api.egress.test': '127.0.0.1', 'profile-only.egress.test': '127.0.0.1', 'decl-only.egress.test': '127.0.0.1',
-    'unlisted-ip.egress.test': '127.0.0.2',
+    'unlisted-ip.egress.test': '127.0.0.2', 'meta.egress.test': '169.254.169.254',
   }, lookups),
   onEvent: (e) => events.push(e),
   onRefusal: (r) => refusals.push(r),
@@ -86,6 +87,14 @@ t.test('curl: plain HTTP absolute-URI request to an allowed host is forwarded an
   t.equal(ev?.tls, null);
   t.equal(ev?.response_body_hash, sha512(body));
   t.equal(ev?.request_body_hash, sha512(''));
+});
+
+t.test('a CONNECT tunnel carrying anything but TLS is closed with 400 (no raw protocols through tunnels)', async (t) => {
+  events.length = 0;
+  const r = await curl('--proxytunnel', `http://api.egress.test:${P.http}/json?n=6`);
+  t.equal(split(r.stdout).status, 400, r.stderr);
+  t.equal(refusals.at(-1)?.reason, 'unsupported');
+  t.equal(eventsOf(events, 'SealedHttpRequest').length, 0);
 });
 
 t.test('node (fetch, NODE_USE_ENV_PROXY) through the proxy with the capsule CA', async (t) => {
@@ -155,6 +164,30 @@ t.test('loopback is refused when no rule names the address (allowed name resolvi
   t.not(r.code, 0);
   t.match(r.stderr, /403/);
   t.same(refusals.at(-1)?.reason, 'special_address');
+});
+
+t.test('an allowed name resolving to the cloud metadata address is refused', async (t) => {
+  const r = await curl('http://meta.egress.test/latest/meta-data/');
+  t.equal(split(r.stdout).status, 403);
+  t.same(refusals.at(-1)?.reason, 'special_address');
+  t.match(refusals.at(-1)?.detail ?? '', /metadata/);
+});
+
+t.test('IPv4-mapped IPv6 literal is judged as the IPv4 address', async (t) => {
+  const r = await curl(`https://[::ffff:127.0.0.2]:${P.https}/json`);
+  t.not(r.code, 0);
+  t.equal(refusals.at(-1)?.reason, 'special_address', '::ffff:127.0.0.2 is loopback');
+  events.length = 0;
+  const ok = await curl(`https://[::ffff:127.0.0.1]:${P.https}/json`);
+  t.equal(split(ok.stdout).status, 200, `the explicitly named 127.0.0.1 rule applies to its mapped form, connected as 127.0.0.1 (${ok.stderr})`);
+});
+
+t.test('resolve once per tunnel: several requests on one CONNECT use the one checked address', async (t) => {
+  lookups.length = 0;
+  const u = `https://api.egress.test:${P.https}/json`;
+  const r = await curl(`${u}?a`, `${u}?b`, `${u}?c`);
+  t.equal(r.code, 0);
+  t.same(lookups, ['api.egress.test'], 'one lookup for three requests');
 });
 
 t.test('CONNECT to a disallowed port is refused', async (t) => {

@@ -142,3 +142,13 @@ t.test('presentation projection: summaries, same attestation, rejected offline',
   t.match(p['verify'], { url: 'https://verify.example/x', activity_events: 3, activity_root: rec.activity_root });
   t.match(verifyProof(JSON.parse(JSON.stringify(p))), { valid: false, stage_reached: 0, failure_reason: { type: 'FormatInvalid', reason: 'PresentationForm' } });
 });
+
+t.test('the record does not change when the caller later changes its input', async (t) => {
+  const input = recordInput();
+  const rec = emitRecord(input, ephemeral().material);
+  input.activity[0]!['region'] = 'elsewhere';
+  input.evidence[2]!['bytes_overwritten'] = 1;
+  input.capsule_context!.jurisdiction = 'US';
+  t.equal(verifyProof(JSON.parse(JSON.stringify(rec))).valid, true);
+  t.equal(rec.activity[0]!['region'], 'local');
+});

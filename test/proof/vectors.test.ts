@@ -7,11 +7,15 @@ import {
 import { nodeCrypto, createNodeCrypto } from '../../shared/node/crypto-node.js';
 import { proofVectors, readJson, withoutVerifiedAt } from './helpers.js';
 import { toHex, utf8 } from '../../shared/proof/encoding.js';
+import { readFileSync, readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 
 const providers: [string, CryptoProvider][] = [
   ['noble', nobleCrypto],
   ['node', nodeCrypto],
   ['node-cached', createNodeCrypto({ cacheKeys: true })],
+  ['node-der', createNodeCrypto({ keyImport: 'der-spki' })],
+  ['node-der-cached', createNodeCrypto({ keyImport: 'der-spki', cacheKeys: true })],
 ];
 
 const vectors = proofVectors();
@@ -93,7 +97,7 @@ t.test('providers agree on edge keys and signatures', async (t) => {
   const key = Uint8Array.from(Buffer.from(doc.attestation.public_key.slice(7), 'base64'));
   const sig = Uint8Array.from(Buffer.from(doc.attestation.signature.slice(7), 'base64'));
   const all = (s: Uint8Array, m: Uint8Array, k: Uint8Array) => providers.map(([, p]) => p.ed25519Verify(s, m, k));
-  t.same(all(sig, msg, key), [true, true, true], 'valid signature');
+  t.same(all(sig, msg, key), providers.map(() => true), 'valid signature');
   // S + L: the same signature in non-canonical form; RFC 8032 strict verification rejects it.
   const L = 2n ** 252n + 27742317777372353535851937790883648493n;
   let s = 0n;
@@ -102,15 +106,27 @@ t.test('providers agree on edge keys and signatures', async (t) => {
   const mall = Uint8Array.from(sig);
   let x = s2;
   for (let i = 32; i < 64; i++) { mall[i] = Number(x & 0xffn); x >>= 8n; }
-  if (x === 0n) t.same(all(mall, msg, key), [false, false, false], 'non-canonical S rejected by every provider');
+  if (x === 0n) t.same(all(mall, msg, key), providers.map(() => false), 'non-canonical S rejected by every provider');
   for (let i = 0; i < 50; i++) {
     const k = Uint8Array.from(Buffer.from(randomBytesHex(32), 'hex'));
-    t.same(all(sig, msg, k), [false, false, false], 'random 32-byte key (often not a curve point)');
+    t.same(all(sig, msg, k), providers.map(() => false), 'random 32-byte key (often not a curve point)');
   }
-  t.same(all(sig, msg, new Uint8Array(32)), [false, false, false], 'all-zero key');
-  t.same(all(new Uint8Array(64), msg, key), [false, false, false], 'all-zero signature');
+  t.same(all(sig, msg, new Uint8Array(32)), providers.map(() => false), 'all-zero key');
+  t.same(all(new Uint8Array(64), msg, key), providers.map(() => false), 'all-zero signature');
 });
 
 function randomBytesHex(n: number): string {
   return Array.from({ length: n }, () => Math.floor(Math.random() * 256).toString(16).padStart(2, '0')).join('');
 }
+
+t.test('the verifier path is isomorphic: no Node-only imports in shared/proof', async (t) => {
+  const dir = fileURLToPath(new URL('../../shared/proof/', import.meta.url));
+  const files = readdirSync(dir).filter((f) => f.endsWith('.js'));
+  t.ok(files.length >= 10, `${files.length} modules`);
+  for (const f of files) {
+    const src = readFileSync(dir + f, 'utf8');
+    t.notMatch(src, /from ['"]node:|require\(|from ['"](fs|crypto|buffer|path|os)['"]|\bBuffer\./, `${f} imports nothing Node-only`);
+  }
+  const webhook = readFileSync(fileURLToPath(new URL('../../shared/webhook-signature.js', import.meta.url)), 'utf8');
+  t.notMatch(webhook, /from ['"]node:/, 'webhook-signature.js too');
+});

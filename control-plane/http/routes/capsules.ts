@@ -43,7 +43,8 @@ export function capsuleRoutes(d: AppDeps): Router {
   r.post('/v1/capsules/:id/exec', a, async (ctx: Ctx) => {
     const id = ctx.params.id ?? '';
     await s.capsules.owned(caller(ctx), id);
-    const body = parseBody(execSchema, await json(ctx));
+    const parsed = parseBody(execSchema, await json(ctx));
+    const body = { ...parsed, command: parsed.command ?? await s.capsules.entrypointFor(caller(ctx), id) };
     checkExecSizes(body);
     ctx.body = execView(id, await s.capsules.exec(caller(ctx), id, body));
   });

@@ -1,5 +1,6 @@
 // Wire views of domain records (SPEC field lists).
 import type { Capsule } from '../../domain/index.js';
+import { DEFINITION_FIELDS, type Capsulefile, type CapsulefileFileEntry } from '../../capsulefile/index.js';
 import type { ExecResult, FileEntry } from '../../../shared/runner-protocol.js';
 
 export function capsuleCreated(c: Capsule): Record<string, unknown> {
@@ -37,4 +38,20 @@ const TYPES: Record<string, string> = {
 export function contentTypeFor(filename: string): string {
   const ext = /\.([A-Za-z0-9]+)$/.exec(filename)?.[1]?.toLowerCase() ?? '';
   return TYPES[ext] ?? 'application/octet-stream';
+}
+
+/** List item (SPEC: id, name, status, is_system, content_hash). */
+export function capsulefileItem(c: Capsulefile): Record<string, unknown> {
+  return { id: c.id, name: c.definition.name, status: c.status, is_system: c.is_system, content_hash: c.content_hash };
+}
+
+/** Detail read: every definition field (null when not declared), the files and the finalize facts. */
+export function capsulefileDetail(c: Capsulefile, files: readonly CapsulefileFileEntry[]): Record<string, unknown> {
+  const fields: Record<string, unknown> = {};
+  for (const f of DEFINITION_FIELDS) fields[f] = c.definition[f] ?? null;
+  return {
+    id: c.id, status: c.status, is_system: c.is_system, ...fields,
+    files: files.map((f) => ({ filename: f.filename, size_bytes: f.size_bytes, sha512: f.sha512 })),
+    content_hash: c.content_hash, size_bytes: c.size_bytes, file_count: c.file_count, finalized_at: c.finalized_at, created_at: c.created_at,
+  };
 }

@@ -1,0 +1,171 @@
+// Sealed egress attachment (isolation layer 4, the one allowed path out):
+// a named network namespace with only loopback, a socat relay listening on
+// 127.0.0.1:3128 inside it that forwards to the capsule's proxy Unix socket
+// on the host, and the sandbox entering that namespace (nsenter --net)
+// instead of unsharing its own. No routable interface, DNS or UDP exists.
+//
+// WARNING: the relay runs on the host side as root with every capability
+// dropped (empty bounding set, no_new_privs); it is the capsule's only
+// neighbour outside the sandbox, so it must stay this small.
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { isAbsolute, join } from 'node:path';
+import { RunnerError } from '../shared/runner-protocol.js';
+
+export const RELAY_PORT = 3128;
+export const CA_INSIDE = '/etc/capsule-ca.pem';
+
+export interface EgressState {
+  netns: string;
+  relay_pid: number | null;
+}
+
+export function netnsPath(name: string): string {
+  return `/run/netns/${name}`;
+}
+
+export function validateEgress(e: unknown): { proxySocket: string; caPem: string } {
+  const o = e as { proxy_socket?: unknown; ca_pem?: unknown } | null;
+  if (!o || typeof o !== 'object') throw new RunnerError('invalid', 'egress: must be an object');
+  if (typeof o.proxy_socket !== 'string' || !isAbsolute(o.proxy_socket) || o.proxy_socket.includes('\0')) {
+    throw new RunnerError('invalid', 'egress.proxy_socket: must be an absolute path');
+  }
+  let isSock = false;
+  try {
+    isSock = lstatSync(o.proxy_socket).isSocket();
+  } catch {
+    isSock = false;
+  }
+  if (!isSock) throw new RunnerError('invalid', 'egress.proxy_socket: no Unix socket at that path');
+  if (typeof o.ca_pem !== 'string' || !o.ca_pem.includes('-----BEGIN CERTIFICATE-----') || o.ca_pem.length > 64 * 1024) {
+    throw new RunnerError('invalid', 'egress.ca_pem: must be a PEM certificate bundle of at most 64 KiB');
+  }
+  return { proxySocket: o.proxy_socket, caPem: o.ca_pem };
+}
+
+/** The CA bundle a capsule with egress sees: the image's roots plus the capsule CA. */
+export function caBundle(imageRoot: string, caPem: string): string {
+  let system = '';
+  try {
+    system = readFileSync(join(imageRoot, 'etc/ssl/certs/ca-certificates.crt'), 'utf8');
+  } catch {
+    system = '';
+  }
+  return `${system}${system.endsWith('\n') || system === '' ? '' : '\n'}${caPem}\n`;
+}
+
+export function egressEnv(): Record<string, string> {
+  const proxy = `http://127.0.0.1:${RELAY_PORT}`;
+  return {
+    HTTPS_PROXY: proxy,
+    HTTP_PROXY: proxy,
+    https_proxy: proxy,
+    http_proxy: proxy,
+    NO_PROXY: 'localhost,127.0.0.1,::1',
+    no_proxy: 'localhost,127.0.0.1,::1',
+    SSL_CERT_FILE: CA_INSIDE,
+    NODE_EXTRA_CA_CERTS: CA_INSIDE,
+    REQUESTS_CA_BUNDLE: CA_INSIDE,
+    CURL_CA_BUNDLE: CA_INSIDE,
+  };
+}
+
+function relayListening(pid: number): boolean {
+  try {
+    // local_address 0100007F:0C38 (127.0.0.1:3128), state 0A (LISTEN), in the relay's namespace
+    const hex = `0100007F:${RELAY_PORT.toString(16).toUpperCase().padStart(4, '0')}`;
+    return readFileSync(`/proc/${pid}/net/tcp`, 'utf8').split('\n').some((l) => l.includes(hex) && / 0A /.test(l));
+  } catch {
+    return false;
+  }
+}
+
+/** Creates the namespace and starts the relay; resolves once the relay listens. */
+export async function attachEgress(name: string, proxySocket: string): Promise<EgressState> {
+  const add = spawnSync('ip', ['netns', 'add', name], { encoding: 'utf8' });
+  if (add.status !== 0) throw new RunnerError('internal', `egress: ip netns add failed: ${add.stderr.trim()}`);
+  const state: EgressState = { netns: name, relay_pid: null };
+  try {
+    const lo = spawnSync('ip', ['-n', name, 'link', 'set', 'lo', 'up'], { encoding: 'utf8' });
+    if (lo.status !== 0) throw new RunnerError('internal', `egress: loopback up failed: ${lo.stderr.trim()}`);
+    const relay = spawn(
+      'nsenter',
+      [`--net=${netnsPath(name)}`, '--', 'setpriv', '--bounding-set=-all', '--inh-caps=-all', '--nnp', '--',
+        'socat', `TCP-LISTEN:${RELAY_PORT},bind=127.0.0.1,reuseaddr,fork,max-children=64`, `UNIX-CONNECT:${proxySocket}`],
+      { stdio: 'ignore', detached: true, env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } },
+    );
+    relay.on('error', () => undefined);
+    relay.unref();
+    if (!relay.pid) throw new RunnerError('internal', 'egress: relay did not start');
+    state.relay_pid = relay.pid;
+    const end = Date.now() + 3000;
+    while (!relayListening(relay.pid)) {
+      if (Date.now() > end || relay.exitCode !== null) throw new RunnerError('internal', 'egress: relay did not start listening');
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    return state;
+  } catch (e) {
+    await detachEgress(state);
+    throw e;
+  }
+}
+
+/** Kills the relay (its whole process group) and deletes the namespace; returns whether both are gone. */
+export async function detachEgress(s: EgressState): Promise<{ relay_stopped: boolean; netns_removed: boolean }> {
+  if (s.relay_pid) {
+    try {
+      // The relay and its per-connection children share its process group (detached spawn).
+      process.kill(-s.relay_pid, 'SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  }
+  // Confirm by namespace inode that nothing lives in the namespace any more.
+  const end = Date.now() + 1000;
+  let left = processesInNetns(s.netns);
+  while (left.length > 0 && Date.now() < end) {
+    for (const pid of left) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+    await new Promise((r) => setTimeout(r, 5));
+    left = processesInNetns(s.netns);
+  }
+  spawnSync('ip', ['netns', 'delete', s.netns]);
+  return { relay_stopped: left.length === 0, netns_removed: !existsSync(netnsPath(s.netns)) };
+}
+
+/** Live (non-zombie) processes whose network namespace is the named one. */
+function processesInNetns(name: string): number[] {
+  let inode: number;
+  try {
+    inode = statSync(netnsPath(name)).ino;
+  } catch {
+    return [];
+  }
+  const want = `net:[${inode}]`;
+  const out: number[] = [];
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      if (readlinkSync(`/proc/${p}/ns/net`) !== want) continue;
+      const st = readFileSync(`/proc/${p}/stat`, 'utf8');
+      if (st[st.lastIndexOf(')') + 2] !== 'Z') out.push(Number(p));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
+/**
+ * Recovery after a crash: the recorded relay pid may have been reused, so
+ * kill exactly the processes that live in the capsule's namespace (by
+ * namespace inode), then delete it.
+ */
+export function recoverEgress(s: EgressState): Promise<{ relay_stopped: boolean; netns_removed: boolean }> {
+  return detachEgress({ netns: s.netns, relay_pid: null });
+}

@@ -1,0 +1,59 @@
+// Frame codec bounds and a runner that survives garbage on its socket.
+import t from 'tap';
+import { createConnection } from 'node:net';
+import { encodeFrame, FrameDecoder } from '../../shared/node/framing.js';
+import { startRunner } from '../helpers/runner.js';
+
+t.test('codec round trip across arbitrary chunking', async (t) => {
+  const f1 = encodeFrame({ id: 1, method: 'x' }, Buffer.from([1, 2, 3]));
+  const f2 = encodeFrame({ id: 2 }, null);
+  const all = Buffer.concat([f1, f2]);
+  const d = new FrameDecoder();
+  const evs = [];
+  for (let i = 0; i < all.length; i++) evs.push(...d.push(all.subarray(i, i + 1)));
+  t.equal(evs.length, 2);
+  t.same(evs.map((e) => (e.kind === 'frame' ? e.frame.header['id'] : null)), [1, 2]);
+  t.same(evs[0]!.kind === 'frame' ? [...evs[0]!.frame.body] : null, [1, 2, 3]);
+});
+
+t.test('garbled and oversized frames are reported, never thrown', async (t) => {
+  const limits = { maxHeaderBytes: 64, maxBodyBytes: 16 };
+  const notJson = Buffer.concat([Buffer.from([0, 0, 0, 3, 0, 0, 0, 0]), Buffer.from('{{{')]);
+  const arr = Buffer.concat([Buffer.from([0, 0, 0, 2, 0, 0, 0, 0]), Buffer.from('[]')]);
+  const d = new FrameDecoder(limits);
+  const evs = d.push(Buffer.concat([notJson, arr, encodeFrame({ id: 9 }, null, limits)]));
+  t.same(evs.map((e) => e.kind), ['error', 'error', 'frame'], 'bad JSON is skipped, the stream continues');
+  const big = encodeFrame({ id: 5 }, Buffer.alloc(100), { maxHeaderBytes: 64, maxBodyBytes: 1000 });
+  const ev2 = d.push(Buffer.concat([big, encodeFrame({ id: 6 }, null, limits)]));
+  t.equal(ev2[0]!.kind, 'error');
+  t.equal(ev2[0]!.kind === 'error' && ev2[0]!.error.kind, 'too_large');
+  t.equal(ev2[0]!.kind === 'error' && ev2[0]!.error.header?.['id'], 5, 'oversized body skipped, header kept');
+  t.equal(ev2[1]!.kind === 'frame' && ev2[1]!.frame.header['id'], 6);
+  const ev3 = d.push(Buffer.from([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]));
+  t.equal(ev3[0]!.kind === 'error' && ev3[0]!.error.fatal, true, 'a 4 GiB header is fatal');
+  t.same(d.push(encodeFrame({ id: 7 }, null)), [], 'dead decoder refuses input');
+  t.throws(() => encodeFrame({ x: 'y'.repeat(100) }, null, limits));
+});
+
+t.test('the runner survives garbage and unknown methods', async (t) => {
+  const r = await startRunner();
+  t.teardown(() => r.stop());
+  const raw = createConnection(r.socketPath);
+  await new Promise<void>((res) => raw.once('connect', () => res()));
+  const got: Buffer[] = [];
+  raw.on('data', (b) => got.push(b));
+  raw.write(Buffer.concat([Buffer.from([0, 0, 0, 3, 0, 0, 0, 0]), Buffer.from('{{{')]));
+  raw.write(encodeFrame({ id: 1, method: 'nope', params: {} }, null));
+  raw.write(encodeFrame({ id: 2, method: 'create', params: [] as unknown as Record<string, unknown> }, null));
+  raw.write(encodeFrame({ id: 3, method: 'create', params: { capsule_id: 5 } }, null));
+  await new Promise((res) => setTimeout(res, 300)); // answers to in-flight requests first
+  raw.write(Buffer.from([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]));
+  await new Promise((res) => raw.once('close', res));
+  const d = new FrameDecoder();
+  const hs = d.push(Buffer.concat(got)).map((e) => (e.kind === 'frame' ? e.frame.header : null));
+  t.same(hs.map((h) => h?.['ok']), [false, false, false, false, false]);
+  t.same(hs.map((h) => (h?.['error'] as { code: string }).code), ['invalid', 'invalid', 'invalid', 'invalid', 'invalid']);
+  t.notMatch(JSON.stringify(hs), /\n\s+at /, 'no stack traces');
+  const hello = await r.client.hello();
+  t.equal(hello.protocol_version, 1, 'still serving');
+});

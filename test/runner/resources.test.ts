@@ -1,0 +1,172 @@
+// Resource attacks (contained, host unharmed) and exec semantics: timeout,
+// OOM, no process outliving an exec, bounded output, input never in argv.
+import t from 'tap';
+import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { startRunner } from '../helpers/runner.js';
+
+/** Live (non-zombie) host processes owned by uid, after giving exiting ones up to 1 s to finish dying. */
+async function liveProcs(uid: number): Promise<number[]> {
+  const end = Date.now() + 1000;
+  for (;;) {
+    const now = liveNow(uid);
+    if (now.length === 0 || Date.now() > end) return now;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+function liveNow(uid: number): number[] {
+  const out: number[] = [];
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      if (statSync(`/proc/${p}`).uid !== uid) continue;
+      const st = readFileSync(`/proc/${p}/stat`, 'utf8');
+      if (st[st.lastIndexOf(')') + 2] !== 'Z') out.push(Number(p));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
+t.test('resource attacks and exec semantics', async (t) => {
+  const r = await startRunner({ options: { tmpfs_mb: '16', max_output_bytes: '4096', kill_grace_ms: '300', pids_max: '64' } });
+  t.teardown(() => r.stop());
+  const c = r.client;
+  const cap = await c.create({ capsule_id: 'res', memory_mb: 256 });
+
+  await t.test('fork bomb is stopped by pids.max and the host is fine', async (t) => {
+    const res = await c.exec({ capsule_id: 'res', command: 'bomb() { bomb | bomb & }; bomb; sleep 2', timeout_ms: 4000 });
+    t.ok(res.exit_code !== undefined);
+    t.same(await liveProcs(cap.host_uid), [], 'no process survives the exec');
+    const py = await c.exec({
+      capsule_id: 'res',
+      command: `python3 -c "
+import os
+n = 0
+try:
+    while n < 1000:
+        if os.fork() == 0:
+            import time; time.sleep(3); os._exit(0)
+        n += 1
+except OSError as e:
+    print('stopped', n, e.errno)
+"`,
+      timeout_ms: 10000,
+    });
+    const m = /stopped (\d+) 11/.exec(py.stdout);
+    t.ok(m, `fork refused with EAGAIN: ${py.stdout} ${py.stderr}`);
+    t.ok(m && Number(m[1]) < 64, 'at most pids.max processes');
+    const after = await c.exec({ capsule_id: 'res', command: 'echo alive', timeout_ms: 5000 });
+    t.equal(after.stdout, 'alive\n', 'capsule usable after the bomb');
+  });
+
+  await t.test('memory bomb is OOM-killed and reported', async (t) => {
+    const mem = await c.create({ capsule_id: 'mem', memory_mb: 64 });
+    const res = await c.exec({ capsule_id: 'mem', command: 'python3 -c "a = []\nwhile True: a.append(bytearray(8 << 20))"', timeout_ms: 20000 });
+    t.equal(res.oom_killed, true, 'oom_killed reported');
+    t.equal(res.exit_code, 137);
+    t.equal(res.timed_out, false);
+    t.same(await liveProcs(mem.host_uid), []);
+    const ok = await c.exec({ capsule_id: 'mem', command: 'echo fine', timeout_ms: 5000 });
+    t.equal(ok.stdout, 'fine\n');
+    t.equal(ok.oom_killed, false, 'the next exec is not marked OOM');
+    await c.destroy('mem');
+  });
+
+  await t.test('filling the tmpfs gives ENOSPC', async (t) => {
+    const res = await c.exec({ capsule_id: 'res', command: 'dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; echo rc=$?', timeout_ms: 20000 });
+    t.match(res.stdout, /No space left on device/);
+    t.match(res.stdout, /rc=1/);
+    await t.rejects(c.upload('res', 'more.bin', Buffer.alloc(1024 * 1024)), { code: 'no_space' });
+    const list = await c.exec({ capsule_id: 'res', command: 'ls /data/input; rm /tmp/fill; echo done', timeout_ms: 5000 });
+    t.notMatch(list.stdout, /more\.bin/, 'no half-written upload left');
+    t.match(list.stdout, /done/);
+  });
+
+  await t.test('CPU spin past the timeout: SIGTERM, then SIGKILL after the grace', async (t) => {
+    const t0 = Date.now();
+    const res = await c.exec({ capsule_id: 'res', command: 'while :; do :; done', timeout_ms: 700 });
+    const took = Date.now() - t0;
+    t.equal(res.timed_out, true);
+    t.ok(took < 700 + 300 + 2000, `returned in ${took} ms`);
+    t.ok(res.exit_code >= 128, `killed by a signal (${res.exit_code})`);
+    const stubborn = await c.exec({ capsule_id: 'res', command: 'trap "" TERM; while :; do :; done', timeout_ms: 500 });
+    t.equal(stubborn.timed_out, true);
+    t.equal(stubborn.exit_code, 137, 'SIGKILL after the grace for a process ignoring SIGTERM');
+    t.same(await liveProcs(cap.host_uid), []);
+  });
+
+  await t.test('no process of an exec outlives it', async (t) => {
+    const res = await c.exec({ capsule_id: 'res', command: '(sleep 300 &) ; nohup sleep 300 >/dev/null 2>&1 & setsid sleep 300 >/dev/null 2>&1 & echo started', timeout_ms: 5000 });
+    t.equal(res.stdout, 'started\n');
+    t.same(await liveProcs(cap.host_uid), [], 'background processes were killed');
+    const ps = await c.exec({ capsule_id: 'res', command: 'ls /proc | grep -cE "^[0-9]+$"', timeout_ms: 5000 });
+    t.ok(Number(ps.stdout) <= 4, 'a new exec sees no leftovers');
+  });
+
+  await t.test('stdout and stderr are bounded and say so', async (t) => {
+    const res = await c.exec({ capsule_id: 'res', command: 'head -c 100000 /dev/zero | tr "\\0" a; head -c 5000 /dev/zero | tr "\\0" b >&2; echo tail', timeout_ms: 5000 });
+    t.equal(res.stdout.length, 4096);
+    t.equal(res.stdout_truncated, true);
+    t.equal(res.stderr.length, 4096);
+    t.equal(res.stderr_truncated, true);
+    const small = await c.exec({ capsule_id: 'res', command: 'echo hi', timeout_ms: 5000 });
+    t.equal(small.stdout_truncated, false);
+  });
+
+  await t.test('input bytes never appear in any argv', async (t) => {
+    const marker = `INPUTMARK${randomBytes(16).toString('hex')}`;
+    const pending = c.exec({
+      capsule_id: 'res',
+      // Reads the marker from the file (never from its own argv) and looks for it in every visible argv.
+      command: `sleep 1; python3 -c "
+import glob
+m = open('/data/input/data', 'rb').read()
+print(sum(1 for p in glob.glob('/proc/[0-9]*/cmdline') if m in open(p, 'rb').read()))
+"; wc -c < /data/input/data`,
+      input_b64: Buffer.from(marker).toString('base64'),
+      timeout_ms: 10000,
+    });
+    await new Promise((res) => setTimeout(res, 500));
+    let found = 0;
+    for (const p of readdirSync('/proc')) {
+      if (!/^\d+$/.test(p)) continue;
+      try {
+        if (readFileSync(`/proc/${p}/cmdline`).includes(marker)) found++;
+        if (readFileSync(`/proc/${p}/environ`).includes(marker)) found++;
+      } catch {
+        /* gone */
+      }
+    }
+    t.equal(found, 0, 'marker absent from every host cmdline and environ');
+    const res = await pending;
+    t.equal(res.stdout.trim().split('\n').pop(), String(marker.length), 'the command got the input via the tmpfs file');
+    t.equal(res.stdout.trim().split('\n')[0], '0', 'not in argv inside the capsule either');
+  });
+
+  await t.test('concurrent execs on one capsule are serialized, others run in parallel', async (t) => {
+    await c.create({ capsule_id: 'par', memory_mb: 64 });
+    const [a, b, p] = await Promise.all([
+      c.exec({ capsule_id: 'res', command: 'echo a > /tmp/order; sleep 0.3; cat /tmp/order', timeout_ms: 5000 }),
+      c.exec({ capsule_id: 'res', command: 'echo b > /tmp/order; cat /tmp/order', timeout_ms: 5000 }),
+      c.exec({ capsule_id: 'par', command: 'echo p', timeout_ms: 5000 }),
+    ]);
+    t.equal(a.stdout, 'a\n');
+    t.equal(b.stdout, 'b\n');
+    t.equal(p.stdout, 'p\n');
+    await c.destroy('par');
+  });
+
+  await t.test('destroy while a command runs kills it and reports it', async (t) => {
+    await c.create({ capsule_id: 'busy', memory_mb: 64 });
+    const running = c.exec({ capsule_id: 'busy', command: 'sleep 30', timeout_ms: 60000 });
+    await new Promise((res) => setTimeout(res, 300));
+    const d = await c.destroy('busy');
+    t.equal(d.command_was_running, true);
+    const res = await running;
+    t.ok(res.exit_code >= 128, 'the running command was killed');
+    t.equal((d.evidence[7] as Record<string, unknown>)['cgroup_empty'], true);
+  });
+});
