@@ -56,7 +56,8 @@ export const createCapsuleSchema = z.strictObject({
   data_classification: z.enum(DATA_CLASSIFICATIONS).optional(),
   capsulefile_id: z.string().min(1).max(128).optional(),
   egress_profile_id: z.string().min(1).max(128).optional(),
-  metadata: z.record(z.string(), z.unknown()).optional(),
+  // Passed through unchanged (z.record would rebuild it and drop a "__proto__" key); checked by validateMetadata.
+  metadata: z.custom<Record<string, unknown>>((v) => v !== null && typeof v === 'object' && !Array.isArray(v), 'must be an object of string values').optional(),
 });
 export type CreateCapsuleBody = z.infer<typeof createCapsuleSchema>;
 
@@ -97,7 +98,7 @@ export function validateMetadata(raw: Record<string, unknown> | undefined): Reco
   if (raw === undefined) return {};
   const keys = Object.keys(raw);
   if (keys.length > METADATA_MAX_KEYS) throw invalid('metadata', `at most ${METADATA_MAX_KEYS} keys`);
-  const out: Record<string, string> = {};
+  const entries: [string, string][] = [];
   for (const k of keys) {
     const v = raw[k];
     if (k.length === 0) throw invalid('metadata', 'keys must not be empty');
@@ -105,8 +106,10 @@ export function validateMetadata(raw: Record<string, unknown> | undefined): Reco
     if (k.toLowerCase().startsWith(RESERVED_METADATA_PREFIX)) throw invalid(`metadata.${k}`, `the "${RESERVED_METADATA_PREFIX}" key prefix is reserved`);
     if (typeof v !== 'string') throw invalid(`metadata.${k}`, 'value must be a string');
     if (chars(v) > METADATA_VALUE_MAX_CHARS) throw invalid(`metadata.${k}`, `value longer than ${METADATA_VALUE_MAX_CHARS} characters`);
-    out[k] = v;
+    entries.push([k, v]);
   }
+  // fromEntries defines own properties: a key such as "__proto__" stays plain data.
+  const out: Record<string, string> = Object.fromEntries(entries);
   if (utf8Bytes(JSON.stringify(out)) > METADATA_MAX_BYTES) throw invalid('metadata', `exceeds ${METADATA_MAX_BYTES} bytes in total`);
   return out;
 }

@@ -39,8 +39,11 @@ for (const driver of DRIVERS) {
     const bob = await api.signup(undefined, 'US');
 
     await t.test('create -> upload -> exec -> output -> destroy -> proofs', async (t) => {
-      const meta = { 'patient-ref': 'Zoë ✓ 日本語', 'ключ': 'значение' };
-      const c = await create(api, alice.key, { ttl: 120, data_classification: 'PHI', metadata: meta });
+      const meta = { 'patient-ref': 'Zoë ✓ 日本語', 'ключ': 'значение', '🔑': '\u0000 nul and \u202e bidi', ['__proto__']: 'plain data' };
+      const raw = JSON.stringify({ ttl: 120, data_classification: 'PHI', metadata: meta });
+      const cr = await api.req('POST', '/v1/capsules', { key: alice.key, raw, headers: { 'content-type': 'application/json' } });
+      t.equal(cr.status, 201, cr.text);
+      const c = cr.body;
       t.match(c.id, /^cap_[0-9a-f]{24}$/);
       t.equal(c.status, 'active');
       t.equal(c.ttl_seconds, 120);
@@ -49,7 +52,8 @@ for (const driver of DRIVERS) {
       t.equal(Date.parse(c.expires_at) - Date.parse(c.created_at), 120_000);
       const st = await api.req('GET', `/v1/capsules/${c.id}`, { key: alice.key });
       t.equal(st.status, 200);
-      t.same(st.body.metadata, meta, 'unicode metadata round-trips');
+      t.same(JSON.parse(st.text).metadata, JSON.parse(JSON.stringify(meta)), 'unicode metadata round-trips');
+      t.ok(Object.prototype.hasOwnProperty.call(JSON.parse(st.text).metadata, '__proto__'), '__proto__ is kept as a plain key');
       t.equal(st.body.execution_count, 0);
 
       // Another customer's ids are 404 everywhere, and nothing moves.
