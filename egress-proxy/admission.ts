@@ -4,7 +4,7 @@
 import { formatIp, normalizeIp, parseIp, type IpAddr } from './address.js';
 import { checkDestination, checkHostname, type CompiledPolicy, type Refusal } from './allowlist.js';
 import type { EgressRefusal } from './events.js';
-import type { Target } from './exchange.js';
+import type { Target } from './runtime.js';
 
 export interface ResolvedAddress { address: string; family: 4 | 6 }
 /** Injectable DNS lookup (default: the host resolver via dns.promises.lookup). */

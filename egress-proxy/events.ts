@@ -83,7 +83,8 @@ export interface McpToolInvoked extends Base {
   exchange: number;
   tool_name: string;
   /** SHA-512 of JCS(params.arguments), {} when absent. */
-  tool_args_hash: Sha512;
+  /** null when the arguments are not canonicalizable JSON data (e.g. nested deeper than JCS allows). */
+  tool_args_hash: Sha512 | null;
   /** SHA-512 of JCS(result) (or of JCS(error) for a JSON-RPC error); null when no response could be read. */
   tool_result_hash: Sha512 | null;
   duration_ms: number;

@@ -4,83 +4,16 @@
 import { createHash } from 'node:crypto';
 import { request as httpRequest, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import type { SecureContext, TLSSocket } from 'node:tls';
-import type { EgressEvent, EgressOutcome, EgressRefusal, Sha512, TlsMetadata } from './events.js';
-import { asSha512, canonicalRequest, requestCanonicalHash, sha512Jcs } from './hashing.js';
-import { denialBody, inspectBody, toolAllowed, type Inspection, type McpPolicy } from './mcp-policy.js';
+import type { TLSSocket } from 'node:tls';
+import type { EgressOutcome, TlsMetadata } from './events.js';
+import type { Runtime, Target } from './runtime.js';
+import { asSha512, canonicalRequest, requestCanonicalHash, sha512JcsOrNull } from './hashing.js';
+import { denialBody, inspectBody, toolAllowed, type Inspection } from './mcp-policy.js';
 import { mcpResult } from './mcp-result.js';
-import { MerkleAccumulator } from './merkle.js';
+import { MerkleAccumulator } from '../shared/proof/index.js';
+import { nodeCrypto } from '../shared/node/crypto-node.js';
 import { StreamChunker } from './sse.js';
-import { classifyUpstreamError, tlsMetadata, type Pools } from './upstream.js';
-
-export interface EgressLimits {
-  /** TCP + TLS connect to the upstream. */
-  connectTimeoutMs: number;
-  /** From sending the request to the upstream's complete response headers (slow-loris bound). */
-  headersTimeoutMs: number;
-  /** Longest silence on the upstream socket once connected. */
-  idleTimeoutMs: number;
-  /** Whole exchange, streams included. */
-  maxExchangeMs: number;
-  /** Response bodies above this are refused (declared length) or cut (streamed). */
-  maxResponseBytes: number;
-  /** Request bodies buffered for MCP inspection up to this size. */
-  maxInspectBytes: number;
-  /** Response bytes kept to find an MCP tool result. */
-  maxMcpResultBytes: number;
-  /** Block size for non-SSE streamed responses. */
-  streamBlockBytes: number;
-  /** Cut an SSE event chunk longer than this. */
-  maxSseChunkBytes: number;
-  resolveTimeoutMs: number;
-  maxSocketsPerDestination: number;
-  caValidityHours: number;
-}
-
-export const DEFAULT_LIMITS: EgressLimits = {
-  connectTimeoutMs: 10_000,
-  headersTimeoutMs: 30_000,
-  idleTimeoutMs: 60_000,
-  maxExchangeMs: 15 * 60_000,
-  maxResponseBytes: 1024 * 1024 * 1024,
-  maxInspectBytes: 8 * 1024 * 1024,
-  maxMcpResultBytes: 4 * 1024 * 1024,
-  streamBlockBytes: 64 * 1024,
-  maxSseChunkBytes: 1024 * 1024,
-  resolveTimeoutMs: 5_000,
-  maxSocketsPerDestination: 64,
-  caValidityHours: 24,
-};
-
-export interface EgressClock {
-  /** RFC 3339 UTC, six fraction digits (CONTRACT.md section 1). */
-  nowIso(): string;
-  /** Monotonic milliseconds, for durations. */
-  monoMs(): number;
-}
-
-export interface Runtime {
-  mcpPolicy: McpPolicy | undefined;
-  limits: EgressLimits;
-  pools: Pools;
-  trust: SecureContext;
-  clock: EgressClock;
-  emit(e: EgressEvent): void;
-  refuse(r: Omit<EgressRefusal, 'at'>): void;
-  nextExchange(): number;
-  /** In-flight exchanges; stop() aborts each so their events are emitted before it resolves. */
-  inFlight: Set<() => void>;
-}
-
-/** Where an admitted request goes: the name the capsule asked for and the one address that was checked. */
-export interface Target {
-  scheme: 'http' | 'https';
-  host: string;
-  hostIsIp: boolean;
-  port: number;
-  /** The checked address, connected to as is. */
-  address: string;
-}
+import { classifyUpstreamError, tlsMetadata } from './upstream.js';
 
 const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate',
@@ -234,8 +167,13 @@ function send(
   const ureq: ClientRequest = target.scheme === 'https' ? httpsRequest(opts) : httpRequest(opts);
 
   const timers: NodeJS.Timeout[] = [];
-  const headersTimer = setTimeout(() => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })), L.headersTimeoutMs);
-  timers.push(headersTimer);
+  // The headers bound starts once the whole request is sent: a slow upload is not the upstream's delay.
+  let headersTimer: NodeJS.Timeout | undefined;
+  ureq.once('finish', () => {
+    if (done || status !== null) return;
+    headersTimer = setTimeout(() => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })), L.headersTimeoutMs);
+    timers.push(headersTimer);
+  });
   timers.push(setTimeout(() => abort('upstream_timeout', 504, 'exchange exceeded its time bound'), L.maxExchangeMs));
 
   const stopNow = () => { ureq.destroy(); sendError(res, 502, 'proxy_stopped', 'capsule egress stopped'); finish('proxy_stopped'); };
@@ -268,7 +206,7 @@ function send(
         : mcpResult(status, respContentType, mcpChunks ? Buffer.concat(mcpChunks) : null, mcp.id);
       rt.emit({
         type: 'McpToolInvoked', at: s.startedAt, exchange: s.exchange, tool_name: mcp.toolName,
-        tool_args_hash: sha512Jcs(mcp.args), tool_result_hash: r.hash, duration_ms: duration, outcome: r.outcome,
+        tool_args_hash: sha512JcsOrNull(mcp.args), tool_result_hash: r.hash, duration_ms: duration, outcome: r.outcome,
         client_session_id: one(req.headers['mcp-session-id']) ?? null,
       });
     }
@@ -283,8 +221,9 @@ function send(
 
   ureq.on('socket', (sock) => {
     // A kept-alive socket finished its handshake long ago; only a fresh one gets the listener (else it leaks per request).
-    if (ureq.reusedSocket) secure = true;
-    else sock.once('secureConnect', () => { secure = true; });
+    // Once connected, the connect bound gives way to the idle bound (slow but live upstreams are fine).
+    if (ureq.reusedSocket) { secure = true; ureq.setTimeout(L.idleTimeoutMs); return; }
+    sock.once(target.scheme === 'https' ? 'secureConnect' : 'connect', () => { secure = true; ureq.setTimeout(L.idleTimeoutMs); });
   });
   ureq.on('timeout', () => ureq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
   ureq.on('error', (err: NodeJS.ErrnoException) => {
@@ -314,7 +253,7 @@ function send(
     const sse = respContentType?.toLowerCase().includes('text/event-stream') ?? false;
     streamed = sse || /chunked/i.test(one(ures.headers['transfer-encoding']) ?? '');
     if (streamed) {
-      merkle = new MerkleAccumulator();
+      merkle = new MerkleAccumulator(nodeCrypto);
       const m = merkle;
       rt.emit({ type: 'StreamingEgressStarted', at: rt.clock.nowIso(), exchange: s.exchange, host: target.host, port: target.port, status, framing: sse ? 'sse' : 'blocks' });
       chunker = new StreamChunker({ sse, maxChunkBytes: sse ? L.maxSseChunkBytes : L.streamBlockBytes }, (c) => {

@@ -1,11 +1,17 @@
 // Hash helpers and the request canonical form (documented in docs/EGRESS.md).
 import { createHash } from 'node:crypto';
 import type { Sha512 } from './events.js';
-import { jcs } from './jcs.js';
+import { canonicalize, tryCanonicalize } from '../shared/proof/index.js';
 
 export const sha512Hex = (data: Uint8Array | string): Sha512 => `sha512:${createHash('sha512').update(data).digest('hex')}`;
-export const asSha512 = (digest: Buffer): Sha512 => `sha512:${digest.toString('hex')}`;
-export const sha512Jcs = (value: unknown): Sha512 => sha512Hex(jcs(value));
+export const asSha512 = (digest: Uint8Array): Sha512 => `sha512:${Buffer.from(digest.buffer, digest.byteOffset, digest.byteLength).toString('hex')}`;
+/** SHA-512 of the RFC 8785 form of a value we built ourselves (always JSON data). */
+export const sha512Jcs = (value: unknown): Sha512 => sha512Hex(canonicalize(value));
+/** Same for values parsed from the wire: null when they are not canonicalizable (e.g. nested deeper than JCS allows). */
+export const sha512JcsOrNull = (value: unknown): Sha512 | null => {
+  const c = tryCanonicalize(value);
+  return c === undefined ? null : sha512Hex(c);
+};
 
 /**
  * Request headers that enter the canonical form: they change what the

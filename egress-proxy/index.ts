@@ -1,10 +1,12 @@
 // Public surface of the sealed egress proxy (issue 5). Other folders import
 // only from here.
-export { startEgressProxy, systemClock, systemResolver } from './proxy.js';
-export type { EgressProxy, EgressProxyConfig } from './proxy.js';
+export { startEgressProxy } from './proxy.js';
+export type { EgressProxy } from './proxy.js';
+export { systemClock, systemResolver } from './config.js';
+export type { EgressProxyConfig } from './config.js';
 export type { Resolver, ResolvedAddress } from './admission.js';
-export type { EgressClock, EgressLimits } from './exchange.js';
-export { DEFAULT_LIMITS } from './exchange.js';
+export type { EgressClock, EgressLimits } from './runtime.js';
+export { DEFAULT_LIMITS } from './runtime.js';
 export type { KeyDestructionEvidence } from './ca.js';
 export type {
   EgressEvent, EgressOutcome, EgressRefusal, McpOutcome, McpToolInvoked, SealedHttpRequest, Sha512,
@@ -17,4 +19,3 @@ export { checkMcpPolicy } from './mcp-policy.js';
 export type { McpPolicy } from './mcp-policy.js';
 // Hash definitions a verifier or the recorder may need to recompute.
 export { CANONICAL_HEADERS, canonicalRequest, requestCanonicalHash } from './hashing.js';
-export { merkleRootSha512 } from './merkle.js';

@@ -1,7 +1,7 @@
 // Finds the JSON-RPC response to an allowed tools/call in the (bounded) copy
 // of the upstream response body, plain JSON or SSE, and hashes it.
 import type { McpOutcome, Sha512 } from './events.js';
-import { sha512Jcs } from './hashing.js';
+import { sha512JcsOrNull } from './hashing.js';
 
 function* sseDataPayloads(text: string): Generator<string> {
   for (const event of text.split(/\r\n\r\n|\n\n|\r\r/)) {
@@ -36,9 +36,9 @@ export function mcpResult(
     try { parsed = JSON.parse(c); } catch { continue; }
     const r = matchResponse(parsed, id);
     if (!r) continue;
-    if ('error' in r) return { outcome: 'rpc_error', hash: sha512Jcs(r.error) };
+    if ('error' in r) return { outcome: 'rpc_error', hash: sha512JcsOrNull(r.error) };
     const result = r.result as { isError?: unknown } | null;
-    return { outcome: result !== null && typeof result === 'object' && result.isError === true ? 'tool_error' : 'success', hash: sha512Jcs(r.result) };
+    return { outcome: result !== null && typeof result === 'object' && result.isError === true ? 'tool_error' : 'success', hash: sha512JcsOrNull(r.result) };
   }
   return { outcome: 'no_result', hash: null };
 }

@@ -15,8 +15,8 @@ export type { VerifyOptions } from './verify.js';
 /** Never throws: every input gets a result. */
 export { verifyProof, systemNow, STAGE_NAMES } from './verify.js';
 export { canonicalize, tryCanonicalize, JcsError } from './jcs.js';
+export { merkleRoot, merkleLeafHash, MerkleAccumulator, activityRoot } from './merkle.js';
 export { canonicalView, canonicalHash, VIEW_MEMBERS } from './canonical.js';
-export { merkleRoot, activityRoot } from './merkle.js';
 export { STEPS, GENESIS_HEX, computeChain, type StepDefinition } from './chain.js';
 export { toHex, fromHex, toBase64, fromBase64 } from './encoding.js';
 export { signWebhook, verifyWebhookSignature, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TOLERANCE_SECONDS, type WebhookCheck } from '../webhook-signature.js';

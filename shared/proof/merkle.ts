@@ -54,3 +54,72 @@ export function activityRootOfCanonical(h: Hasher, canonicalEvents: string[]): s
 export function activityRoot(events: readonly unknown[], provider?: CryptoProvider): string {
   return activityRootOfCanonical(hasher(provider), events.map((e) => canonicalize(e)));
 }
+
+const LEAF_PREFIX = Uint8Array.of(0x00);
+
+function concat(...parts: Uint8Array[]): Uint8Array {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Uint8Array(n);
+  let at = 0;
+  for (const p of parts) { out.set(p, at); at += p.length; }
+  return out;
+}
+
+/** RFC 6962 leaf hash H(0x00 || data), 64 bytes. */
+export function merkleLeafHash(data: Uint8Array, provider?: CryptoProvider): Uint8Array {
+  return hasher(provider).sha512(concat(LEAF_PREFIX, data));
+}
+
+/**
+ * Incremental Merkle Tree Hash for streams (egress chunks, wiped regions):
+ * leaves are folded into a stack of perfect subtrees, O(log n) memory.
+ * Folding the stack right to left reproduces RFC 6962's split at the largest
+ * power of two, so the root equals merkleRoot over the same leaves.
+ */
+export class MerkleAccumulator {
+  readonly #h: Hasher;
+  #stack: { size: number; hash: Uint8Array }[] = [];
+  #count = 0;
+  readonly #node = new Uint8Array(129);
+
+  constructor(provider?: CryptoProvider) {
+    this.#h = hasher(provider);
+    this.#node[0] = 0x01; // node domain byte
+  }
+
+  get count(): number { return this.#count; }
+
+  /** Adds a leaf by its data. */
+  push(leafData: Uint8Array): void {
+    this.pushLeafHash(this.#h.sha512(concat(LEAF_PREFIX, leafData)));
+  }
+
+  /** Adds a leaf by its precomputed leaf hash (lets callers reuse the hash of identical leaves). */
+  pushLeafHash(leafHash: Uint8Array): void {
+    let node = { size: 1, hash: leafHash };
+    let top = this.#stack.at(-1);
+    while (top !== undefined && top.size === node.size) {
+      this.#stack.pop();
+      node = { size: top.size * 2, hash: this.#pair(top.hash, node.hash) };
+      top = this.#stack.at(-1);
+    }
+    this.#stack.push(node);
+    this.#count++;
+  }
+
+  /** Root over the leaves so far (64 bytes); the empty tree is H(""). */
+  root(): Uint8Array {
+    const top = this.#stack.at(-1);
+    if (top === undefined) return this.#h.sha512(EMPTY);
+    let acc = top.hash;
+    for (let i = this.#stack.length - 2; i >= 0; i--) acc = this.#pair(this.#stack[i]!.hash, acc);
+    return acc;
+  }
+
+  #pair(left: Uint8Array, right: Uint8Array): Uint8Array {
+    this.#node.set(left, 1);
+    this.#node.set(right, 65);
+    return this.#h.sha512(this.#node);
+  }
+}

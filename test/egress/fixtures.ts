@@ -92,6 +92,8 @@ export function upstreamHandler(seen: Seen[]) {
         res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
         res.end(text);
       }
+    } else if (url.pathname === '/delay') {
+      setTimeout(() => { res.writeHead(200, { 'content-length': 7 }); res.end('delayed'); }, Number(url.searchParams.get('ms') ?? 500));
     } else if (url.pathname === '/huge') {
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(1024 * 1024 * 1024 * 4) });
       res.end();

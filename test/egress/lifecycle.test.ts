@@ -127,3 +127,17 @@ t.test('stop() ends in-flight exchanges and emits their events before it resolve
   const r = await client;
   t.not(r.stdout, '200');
 });
+
+t.test('a slow but live upstream is served: the connect bound does not cut the wait for headers', async (t) => {
+  const proxy = await startEgressProxy({
+    capsuleId: 'cap_slow', tcp: { host: '127.0.0.1', port: 0 },
+    profileRules: [{ kind: 'domain', value: 'a.egress.test', port: up.ports.https }, { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.https }],
+    declaration: ['a.egress.test', '127.0.0.1'], extraCaPem: pki.caPem,
+    resolver: fakeResolver({ 'a.egress.test': '127.0.0.1' }),
+    onEvent: () => {}, limits: { connectTimeoutMs: 300, idleTimeoutMs: 3000, headersTimeoutMs: 3000 },
+  });
+  const ca = tmp.write('slow.pem', proxy.caPem);
+  const r = await run('curl', ['-sS', '-w', ' %{http_code}', '--proxy', `http://127.0.0.1:${proxy.tcpAddress?.port}`, '--cacert', ca, `https://a.egress.test:${up.ports.https}/delay?ms=900`]);
+  t.equal(r.stdout, 'delayed 200', r.stderr);
+  await proxy.stop();
+});

@@ -3,7 +3,7 @@
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
 import { startEgressProxy, type EgressEvent, type McpPolicy } from '../../egress-proxy/index.js';
-import { jcs } from '../../egress-proxy/jcs.js';
+import { canonicalize as jcs } from '../../shared/proof/index.js';
 import { eventsOf, fakeResolver, makePki, run, sha512, startUpstreams, tempDir } from './fixtures.js';
 
 const pki = makePki(['mcp.egress.test', 'api.egress.test']);

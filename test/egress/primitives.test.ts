@@ -2,9 +2,10 @@
 // minimal JCS, MCP body classification.
 import { createHash } from 'node:crypto';
 import t from 'tap';
-import { jcs } from '../../egress-proxy/jcs.js';
+import { canonicalize as jcs } from '../../shared/proof/index.js';
 import { inspectBody, toolAllowed } from '../../egress-proxy/mcp-policy.js';
-import { MerkleAccumulator } from '../../egress-proxy/merkle.js';
+import { MerkleAccumulator, merkleRoot, nobleCrypto } from '../../shared/proof/index.js';
+import { nodeCrypto } from '../../shared/node/crypto-node.js';
 import { StreamChunker, type ChunkDone } from '../../egress-proxy/sse.js';
 
 const H = (...p: Uint8Array[]) => { const h = createHash('sha512'); for (const x of p) h.update(x); return h.digest(); };
@@ -21,9 +22,12 @@ function mth(leaves: Buffer[]): Buffer {
 t.test('incremental Merkle root equals the recursive RFC 6962 definition for n = 0..33', async (t) => {
   for (let n = 0; n <= 33; n++) {
     const leaves = Array.from({ length: n }, (_, i) => H(Buffer.from(String(i))));
-    const acc = new MerkleAccumulator();
-    for (const l of leaves) acc.push(l);
-    t.equal(acc.root().toString('hex'), mth(leaves).toString('hex'), `n=${n}`);
+    for (const provider of [nodeCrypto, nobleCrypto]) {
+      const acc = new MerkleAccumulator(provider);
+      for (const l of leaves) acc.push(l);
+      t.equal(Buffer.from(acc.root()).toString('hex'), mth(leaves).toString('hex'), `n=${n}`);
+    }
+    t.equal(Buffer.from(merkleRoot(leaves)).toString('hex'), mth(leaves).toString('hex'), `whole-list n=${n}`);
   }
 });
 

@@ -2,6 +2,7 @@
 // curl, node and python3 as clients; destination policy; recording.
 import t from 'tap';
 import { startEgressProxy, type EgressEvent, type EgressRefusal } from '../../egress-proxy/index.js';
+import { canonicalize as jcs } from '../../shared/proof/index.js';
 import { eventsOf, fakeResolver, makePki, run, sha512, startUpstreams, tempDir } from './fixtures.js';
 
 const pki = makePki(['api.egress.test', 'mcp.egress.test', 'other.egress.test', '127.0.0.1']);
@@ -9,6 +10,7 @@ const up = await startUpstreams(pki);
 const tmp = tempDir('egress-proxy-test-');
 const lookups: string[] = [];
 const events: EgressEvent[] = [];
+const allEvents: EgressEvent[] = [];
 const refusals: EgressRefusal[] = [];
 const P = up.ports;
 
@@ -36,7 +38,7 @@ const proxy = await startEgressProxy({
     'api.egress.test': '127.0.0.1', 'profile-only.egress.test': '127.0.0.1', 'decl-only.egress.test': '127.0.0.1',
     'unlisted-ip.egress.test': '127.0.0.2', 'meta.egress.test': '169.254.169.254',
   }, lookups),
-  onEvent: (e) => events.push(e),
+  onEvent: (e) => { events.push(e); allEvents.push(e); },
   onRefusal: (r) => refusals.push(r),
   limits: { headersTimeoutMs: 1500, maxResponseBytes: 8 * 1024 * 1024 },
 });
@@ -286,7 +288,7 @@ t.test('streamed (chunked) response: Started, per-block Chunk hashes, Completed 
   events.length = 0;
   const r = await run('curl', ['-sS', '--max-time', '20', '--proxy', proxyUrl, '--cacert', caFile, `https://api.egress.test:${P.https}/stream`], {});
   t.equal(r.code, 0);
-  const { merkleRootSha512 } = await import('../../egress-proxy/index.js');
+  const { merkleRoot } = await import('../../shared/proof/index.js');
   const bodyBytes = Buffer.concat([Buffer.alloc(70000, 1), Buffer.alloc(10, 2)]);
   const started = eventsOf(events, 'StreamingEgressStarted');
   const chunks = eventsOf(events, 'StreamingEgressChunk');
@@ -296,7 +298,7 @@ t.test('streamed (chunked) response: Started, per-block Chunk hashes, Completed 
   const blocks = [bodyBytes.subarray(0, 65536), bodyBytes.subarray(65536)];
   t.same(chunks.map((c) => c.chunk_hash), blocks.map((b) => sha512(b)));
   const digests = blocks.map((b) => Buffer.from(sha512(b).slice(7), 'hex'));
-  t.equal(done?.merkle_root, `sha512:${merkleRootSha512(digests).toString('hex')}`);
+  t.equal(done?.merkle_root, `sha512:${Buffer.from(merkleRoot(digests)).toString('hex')}`);
   t.equal(done?.total_bytes, bodyBytes.length);
   const sealed = eventsOf(events, 'SealedHttpRequest')[0];
   t.equal(sealed?.streamed, true);
@@ -316,4 +318,15 @@ t.test('the Unix socket listener serves the same proxy (what the capsule relay c
   });
   t.equal(res.status, 200);
   t.equal(JSON.parse(res.body).n, 5);
+});
+
+t.test('every recorded event is trail-ready: a type, a CONTRACT timestamp, JCS-encodable, no seq (the recorder assigns it)', async (t) => {
+  t.ok(allEvents.length > 20);
+  for (const e of allEvents) {
+    t.match(e.at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/);
+    t.doesNotThrow(() => jcs(e));
+    t.notOk('seq' in e);
+  }
+  const types = new Set(allEvents.map((e) => e.type));
+  t.same([...types].sort(), ['SealedHttpRequest', 'StreamingEgressChunk', 'StreamingEgressCompleted', 'StreamingEgressStarted']);
 });
