@@ -13,6 +13,10 @@ export const METADATA_KEY_MAX_CHARS = 64;
 export const METADATA_VALUE_MAX_CHARS = 256;
 export const RESERVED_METADATA_PREFIX = 'svc:';
 
+/** One plain file name under the capsule's writable tmpfs mounts; no control characters. */
+// eslint-disable-next-line no-control-regex
+const INPUT_PATH_RE = /^\/(data\/input|data\/output|tmp)\/[^/\u0000-\u001f\u007f]+$/;
+
 const utf8Bytes = (s: string): number => Buffer.byteLength(s, 'utf8');
 const chars = (s: string): number => [...s].length;
 
@@ -70,7 +74,9 @@ export const execSchema = z.strictObject({
   /** Optional for a capsule pinned to a Capsulefile: its entrypoint runs. */
   command: z.string().min(1).optional(),
   input_data: z.string().optional(),
-  input_filename: z.string().min(1).max(4096).optional(),
+  // Checked here too (the runner is the authority) so a refused exec leaves no ExecutionStarted behind.
+  input_filename: z.string().regex(INPUT_PATH_RE, 'must be /data/input/<name>, /data/output/<name> or /tmp/<name>').refine(
+    (p) => !/\/\.{1,2}$/.test(p) && Buffer.byteLength(p.slice(p.lastIndexOf('/') + 1)) <= 255, 'must name a plain file').optional(),
   timeout: int(1, 365 * 24 * 3600).optional(),
 });
 export type ExecBody = z.infer<typeof execSchema>;

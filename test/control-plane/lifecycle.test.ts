@@ -199,6 +199,11 @@ for (const driver of DRIVERS) {
       t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: {} }), 400, 'invalid_parameters').message, /^command: is required/);
       t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'true', timeout: 'abc' } }), 400, 'invalid_parameters').message, /^timeout/);
       t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'true', sudo: true } }), 400, 'invalid_parameters').message, /^sudo: unknown field/);
+      for (const bad of ['/etc/passwd', '/data/input/../x', '/data/input/', '/tmp/a/b', '/data/input/..', 'relative'])
+        t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'true', input_data: 'x', input_filename: bad } }), 400, 'invalid_parameters').message, /^input_filename/, bad);
+      const okPath = await api.req('POST', url, { key: alice.key, json: { command: 'cat /tmp/in.txt', input_data: 'via tmp', input_filename: '/tmp/in.txt' } });
+      t.equal(okPath.body.stdout, 'via tmp');
+      t.equal((await api.req('GET', `/v1/capsules/${c.id}`, { key: alice.key })).body.execution_count, 1, 'refused execs did not count');
       t.match(envelope(t, await api.req('POST', url, { key: alice.key, raw: '{"command":', headers: { 'content-type': 'application/json' } }), 400, 'invalid_parameters').message, /^body: malformed JSON/);
       envelope(t, await api.req('POST', url, { key: alice.key, raw: 'x'.repeat(700 * 1024), headers: { 'content-type': 'application/json' } }), 413, 'payload_too_large');
       const meta = async (m: unknown) => envelope(t, await api.req('POST', '/v1/capsules', { key: alice.key, json: { metadata: m } }), 400, 'invalid_parameters').message as string;
