@@ -34,8 +34,8 @@ export interface Config {
   version: string;
   /** Source directories of the service-published reference Capsulefiles. */
   systemCapsulefilesDir: string;
-  /** Per-tier ceiling of a capsule's memory_mb (policies/capsule-memory.yaml). */
-  memoryCeilingsMb: Record<'free' | 'starter' | 'business' | 'enterprise', number>;
+  /** Per-tier Capsulefile limits (policies/capsulefile-tier-limits.yaml). */
+  capsulefileLimits: Record<'free' | 'starter' | 'business' | 'enterprise', { max_memory_mb: number; max_capsulefiles: number | null }>;
 }
 
 export class ConfigError extends Error {}
@@ -87,13 +87,13 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   } catch (e) {
     throw new ConfigError(`CAPSULE_TIERS_FILE (${tiersFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
   }
-  const memoryFile = env.CAPSULE_MEMORY_FILE ?? policy('capsule-memory.yaml');
-  let memoryCeilingsMb: Config['memoryCeilingsMb'];
+  const cfLimitsFile = env.CAPSULE_CAPSULEFILE_LIMITS_FILE ?? policy('capsulefile-tier-limits.yaml');
+  let capsulefileLimits: Config['capsulefileLimits'];
   try {
-    const mb = z.number().int().min(16).max(1024 * 1024);
-    memoryCeilingsMb = z.strictObject({ free: mb, starter: mb, business: mb, enterprise: mb }).parse(parseYaml(readFileSync(memoryFile, 'utf8')));
+    const row = z.strictObject({ max_memory_mb: z.number().int().min(16).max(1024 * 1024), max_capsulefiles: z.number().int().positive().nullable() });
+    capsulefileLimits = z.strictObject({ free: row, starter: row, business: row, enterprise: row }).parse(parseYaml(readFileSync(cfLimitsFile, 'utf8')));
   } catch (e) {
-    throw new ConfigError(`CAPSULE_MEMORY_FILE (${memoryFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
+    throw new ConfigError(`CAPSULE_CAPSULEFILE_LIMITS_FILE (${cfLimitsFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
   }
   const port = portRaw;
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
@@ -118,7 +118,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     logLevel: env.LOG_LEVEL ?? 'info',
     version: env.npm_package_version ?? '0.1.0',
     systemCapsulefilesDir: env.CAPSULE_SYSTEM_CAPSULEFILES_DIR ?? policy('system-capsulefiles'),
-    memoryCeilingsMb,
+    capsulefileLimits,
   };
 }
 

@@ -41,7 +41,7 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
   const random = opts.random ?? systemRandom;
   const { store, capsulefiles } = await openStores(config.database);
   const deps = {
-    store, capsulefiles, baseImage: opts.baseImage ?? new HostBaseImage(), memoryCeilingsMb: config.memoryCeilingsMb, runner, clock, random, tiers: new TierTable(config.paidTiers),
+    store, capsulefiles, baseImage: opts.baseImage ?? new HostBaseImage(), capsulefileLimits: config.capsulefileLimits, runner, clock, random, tiers: new TierTable(config.paidTiers),
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile), region: config.region, log: logger,
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };

@@ -8,7 +8,6 @@ export {
   API_ONLY_FIELDS,
   DEFINITION_FIELDS,
   capsulefileDefinitionSchema,
-  capsulefilePatchSchema,
   yamlDefinitionSchema,
   mcpPolicySchema,
   parseDefinition,

@@ -34,8 +34,12 @@ export type FinalizeFn = (definition: CapsulefileDefinition, files: readonly Cap
 export type DeleteOutcome = 'deleted' | 'missing' | 'in_use';
 
 export interface CapsulefileStore {
-  /** Unique (owner, name): a duplicate throws resource_conflict naming `name`. */
-  insertCapsulefile(c: Capsulefile): Promise<void>;
+  /**
+   * Unique (owner, name): a duplicate throws resource_conflict naming `name`.
+   * With `maxPerOwner`, inserts only while the owner holds fewer (counted and
+   * inserted under one lock on the owner); false when the quota is reached.
+   */
+  insertCapsulefile(c: Capsulefile, maxPerOwner?: number | null): Promise<boolean>;
   getCapsulefile(id: string): Promise<Capsulefile | null>;
   /** The owner's and the system's Capsulefiles, newest first, keyset cursor. */
   listCapsulefiles(owner: string, limit: number, cursor: string | null): Promise<CapsulefilePage>;

@@ -132,9 +132,6 @@ export const DEFINITION_FIELDS = [
   'env_vars', 'packages', 'mcp_policy', 'tls_pinned_certs', 'tls_ocsp_check', 'signing_config',
 ] as const satisfies readonly (keyof CapsulefileDefinition)[];
 
-/** PATCH of a draft: any subset of the fields (the merged result is validated again in full). */
-export const capsulefilePatchSchema = capsulefileDefinitionSchema.partial();
-
 export type SchemaProblem = { path: (string | number)[]; why: string };
 
 /** The value at `path` inside `input`, or undefined when any step is missing. */

@@ -47,7 +47,10 @@ export class CapsulefileService {
       id: newId('cf_', this.d.random), owner: caller.account.customer_id, is_system: false, status: 'draft', definition,
       content_hash: null, size_bytes: null, file_count: null, finalized_at: null, created_at: this.d.clock.nowIso(),
     };
-    await this.d.capsulefiles.insertCapsulefile(c);
+    const max = this.d.capsulefileLimits[caller.account.tier].max_capsulefiles;
+    if (!(await this.d.capsulefiles.insertCapsulefile(c, max))) {
+      throw new ApiError('quota_exceeded', `quota reached: Capsulefiles (${max}) for tier ${caller.account.tier}; delete one or upgrade`, { extra: { limit: 'capsulefiles' } });
+    }
     this.d.log.info({ capsulefile_id: c.id, customer_id: c.owner }, 'capsulefile created');
     return c;
   }

@@ -83,7 +83,7 @@ export class CapsuleService {
     }
     // Capsulefile defaults apply under the request's own values, then the tier caps.
     const ttl = Math.min(input.ttl ?? def?.default_ttl ?? DEFAULT_TTL_SECONDS, limits.max_ttl_seconds);
-    const memoryMb = def?.memory_mb === undefined ? DEFAULT_MEMORY_MB : Math.min(def.memory_mb, this.d.memoryCeilingsMb[a.tier]);
+    const memoryMb = def?.memory_mb === undefined ? DEFAULT_MEMORY_MB : Math.min(def.memory_mb, this.d.capsulefileLimits[a.tier].max_memory_mb);
     const outcome = await this.d.store.reserveCapsule(a.customer_id, limits, cycleStart(this.d.clock.nowMs()));
     if (outcome !== 'ok') {
       const what = outcome === 'concurrent_capsules' ? `concurrent capsules (${limits.concurrent_capsules})`

@@ -17,8 +17,8 @@ export interface Deps {
   capsulefiles: CapsulefileStore;
   /** Answers which declared Capsulefile packages the capsule base image lacks. */
   baseImage: BaseImage;
-  /** Per-tier ceiling of a capsule's memory_mb. */
-  memoryCeilingsMb: Record<Tier, number>;
+  /** Per-tier Capsulefile limits: memory ceiling of a pinned capsule, Capsulefile count. */
+  capsulefileLimits: Record<Tier, { max_memory_mb: number; max_capsulefiles: number | null }>;
   runner: RunnerPort;
   clock: Clock;
   random: Random;

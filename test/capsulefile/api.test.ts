@@ -232,7 +232,7 @@ for (const driver of DRIVERS) {
       t.equal(r.body.data_classification, 'PHI', 'the Capsulefile default applies');
       t.equal(r.body.ttl_seconds, 300, 'default_ttl 600 capped by the Free tier (300)');
       const req = runner.creates.at(-1);
-      t.equal(req?.memory_mb, 256, 'memory_mb 512 capped by the Free ceiling (policies/capsule-memory.yaml)');
+      t.equal(req?.memory_mb, 256, 'memory_mb 512 capped by the Free ceiling (policies/capsulefile-tier-limits.yaml)');
       t.same(req?.env, { MODE: 'strict' });
       t.same(req?.app_files?.map((f) => [f.filename, Buffer.from(f.content_b64, 'base64').toString('hex')]),
         [['main.py', main.toString('hex')], ['util.bin', util.toString('hex')]], 'files go to /capsule/app with their bytes');
@@ -312,6 +312,17 @@ for (const driver of DRIVERS) {
       });
       t.equal(again.code, 1);
       t.match(again.err, /^capsule capsulefile push: POST \/v1\/capsulefiles: 409 resource_conflict: name: /, 'a duplicate name is one line');
+    });
+
+    await t.test('Capsulefile count quota per tier (402), concurrent creates included', async (t) => {
+      const api = s.api;
+      const carol = await api.signup();
+      const made = await Promise.all(Array.from({ length: 12 }, (_, i) => api.req('POST', '/v1/capsulefiles', { key: carol.key, json: { ...def, name: `q${i}` } })));
+      t.equal(made.filter((r) => r.status === 201).length, 10, 'Free holds 10 (policies/capsulefile-tier-limits.yaml)');
+      for (const r of made.filter((x) => x.status !== 201)) t.match(envelope(t, r, 402, 'quota_exceeded').message, /Capsulefiles \(10\)/);
+      const one = made.find((r) => r.status === 201)!;
+      t.equal((await api.req('DELETE', `/v1/capsulefiles/${one.body.id}`, { key: carol.key })).status, 204);
+      t.equal((await api.req('POST', '/v1/capsulefiles', { key: carol.key, json: { ...def, name: 'after-delete' } })).status, 201, 'a deletion frees a slot');
     });
 
     await t.test('restart: content hashes stable, system Capsulefiles not duplicated', async (t) => {
