@@ -4,6 +4,7 @@
 // trip; POST /v1/verify throughput with rate limiting off; 50 capsules driven
 // concurrently. Figures are printed, never asserted.
 //   flags: --iter=100 --verify-seconds=5 --concurrent=50 --drivers=sqlite,postgresql
+import { rmSync } from 'node:fs';
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
@@ -42,7 +43,8 @@ function must(r: { status: number; text: string }, status: number, what: string)
 async function benchDriver(driver: Driver): Promise<void> {
   const runner = await startRunner({ options: { max_capsules: '128' } });
   const db = await freshDb(driver);
-  const cp = await startControlPlane(testConfig(db.url, { CAPSULE_RATE_LIMITS: 'off' }), runner.client, { logger: pino({ level: 'silent' }) });
+  const config = testConfig(db.url, { CAPSULE_RATE_LIMITS: 'off' });
+  const cp = await startControlPlane(config, runner.client, { logger: pino({ level: 'silent' }) });
   try {
     const api = new Api(cp.url);
     const { key, email } = await api.signup();
@@ -118,6 +120,7 @@ async function benchDriver(driver: Driver): Promise<void> {
     await cp.close();
     await runner.stop();
     await db.drop();
+    rmSync(config.dataDir, { recursive: true, force: true });
   }
 }
 

@@ -202,6 +202,8 @@ t.test('capsule serve: bad options exit 2; a separate runner socket that is down
   t.match(bad.stderr, /DATABASE_URL/);
 
   const dataDir = mkdtempSync(join(tmpdir(), 'cp-serve-sock-'));
+  const { rmSync } = await import('node:fs');
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
   const child = spawn(process.execPath, [cli, 'serve', '--port', '0', '--data-dir', dataDir, '--runner-socket', join(dataDir, 'absent.sock')], {
     stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'silent' },
   });

@@ -3,7 +3,7 @@
 import t from 'tap';
 import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,10 +14,15 @@ import { DRIVERS, envelope, start, type Api } from './harness.js';
 const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
 /** `capsule verify FILE`: the offline CLI's exit code and output. */
 function cliVerify(doc: unknown): { status: number | null; out: string } {
-  const file = join(mkdtempSync(join(tmpdir(), 'cp-verify-')), 'proof.json');
-  writeFileSync(file, JSON.stringify(doc));
-  const r = spawnSync(process.execPath, [CLI, 'verify', file], { encoding: 'utf8' });
-  return { status: r.status, out: r.stdout + r.stderr };
+  const dir = mkdtempSync(join(tmpdir(), 'cp-verify-'));
+  try {
+    const file = join(dir, 'proof.json');
+    writeFileSync(file, JSON.stringify(doc));
+    const r = spawnSync(process.execPath, [CLI, 'verify', file], { encoding: 'utf8' });
+    return { status: r.status, out: r.stdout + r.stderr };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 const sha512 = (b: Uint8Array | string): string => `sha512:${createHash('sha512').update(b).digest('hex')}`;
