@@ -47,6 +47,17 @@ function meminfo(): Record<string, number> {
   return out;
 }
 
+/** Private (unshared) memory of a process, from smaps_rollup. */
+function privateBytes(pid: number): number {
+  try {
+    const t = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+    const kb = (k: string): number => Number(new RegExp(`^${k}:\\s+(\\d+)`, 'm').exec(t)?.[1] ?? 0);
+    return (kb('Private_Clean') + kb('Private_Dirty')) * 1024;
+  } catch {
+    return 0;
+  }
+}
+
 function rss(pid: number): number {
   const m = /VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) * 1024 : 0;
@@ -133,12 +144,19 @@ async function main(): Promise<void> {
     // kernel objects charged to it) and the bytes used on its tmpfs.
     let cgroupBytes = 0;
     let tmpfsBytes = 0;
+    let procs = 0;
+    let procRss = 0;
     for (let i = 0; i < 50; i++) {
       const rec = JSON.parse(readFileSync(`${r.stateDir}/capsules/b-live-${i}.json`, 'utf8')) as { cgroup: { mode: string; memory: string }; tmpfs_dir: string };
       const file = rec.cgroup.mode === 'v2' ? 'memory.current' : 'memory.usage_in_bytes';
       cgroupBytes += Number(readFileSync(`${rec.cgroup.memory}/${file}`, 'utf8'));
       const st = statfsSync(rec.tmpfs_dir);
       tmpfsBytes += (st.blocks - st.bfree) * st.bsize;
+      // The waiting wrapper of the next exec (one small root sh per capsule).
+      for (const pid of readFileSync(`${rec.cgroup.memory}/cgroup.procs`, 'utf8').split('\n').filter(Boolean)) {
+        procs++;
+        procRss += privateBytes(Number(pid));
+      }
     }
     const execAmong = add('exec true with 50 live capsules');
     for (let i = 0; i < Math.min(RUNS, 200); i++) execAmong.ms.push(await time(() => c.exec({ capsule_id: `b-live-${i % 50}`, command: 'true', timeout_ms: 10000 })));
@@ -149,8 +167,8 @@ async function main(): Promise<void> {
     for (const s of series) console.log(row(s));
     const p50 = (s: Series): number => pct([...s.ms].sort((a, b) => a - b), 50);
     console.log(`exec true p50 / bare root bwrap p50 = ${(p50(execTrue) / p50(bareRoot)).toFixed(2)}x; / bare setpriv+bwrap p50 = ${(p50(execTrue) / p50(bareUser)).toFixed(2)}x`);
-    console.log(`per idle capsule (measured over 50): memory cgroup charge ${(cgroupBytes / 50 / 1024).toFixed(0)} KiB, tmpfs used ${(tmpfsBytes / 50 / 1024).toFixed(0)} KiB, runner RSS ${((rssAfter - rssBefore) / 50 / 1024).toFixed(0)} KiB, processes 0`);
-    console.log(`50 idle capsules: host MemAvailable drop ${((before['MemAvailable']! - after['MemAvailable']!) / MiB).toFixed(1)} MiB (${perCapsule.toFixed(2)} MiB each, noisy: shared machine); runner RSS +${((rssAfter - rssBefore) / MiB).toFixed(1)} MiB; Shmem +${((after['Shmem']! - before['Shmem']!) / MiB).toFixed(2)} MiB; long-lived processes per idle capsule: 0`);
+    console.log(`per idle capsule (measured over 50): memory cgroup charge ${(cgroupBytes / 50 / 1024).toFixed(0)} KiB, tmpfs used ${(tmpfsBytes / 50 / 1024).toFixed(0)} KiB, runner RSS ${((rssAfter - rssBefore) / 50 / 1024).toFixed(0)} KiB, processes ${(procs / 50).toFixed(1)} (private memory ${(procRss / Math.max(procs, 1) / 1024).toFixed(0)} KiB each)`);
+    console.log(`50 idle capsules: host MemAvailable drop ${((before['MemAvailable']! - after['MemAvailable']!) / MiB).toFixed(1)} MiB (${perCapsule.toFixed(2)} MiB each, noisy: shared machine); runner RSS +${((rssAfter - rssBefore) / MiB).toFixed(1)} MiB; Shmem +${((after['Shmem']! - before['Shmem']!) / MiB).toFixed(2)} MiB`);
   } finally {
     await r.stop();
   }

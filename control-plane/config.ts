@@ -1,5 +1,6 @@
 // The one place that reads process.env: read once at start into a typed,
 // validated object. Everything else receives a Config.
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -34,6 +35,10 @@ export interface Config {
   version: string;
   /** Source directories of the service-published reference Capsulefiles. */
   systemCapsulefilesDir: string;
+  /** Extra upstream trust anchors for sealed egress (PEM read from the file CAPSULE_EGRESS_EXTRA_CA); null = system roots only. */
+  egressExtraCaPem: string | null;
+  /** Directory of the per-capsule egress proxy sockets; must be reachable by the runner (CAPSULE_EGRESS_SOCKET_DIR, default <dataDir>/egress). */
+  egressSocketDir: string;
   /** Per-tier Capsulefile limits (policies/capsulefile-tier-limits.yaml). */
   capsulefileLimits: Record<'free' | 'starter' | 'business' | 'enterprise', { max_memory_mb: number; max_capsulefiles: number | null }>;
 }
@@ -95,6 +100,26 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   } catch (e) {
     throw new ConfigError(`CAPSULE_CAPSULEFILE_LIMITS_FILE (${cfLimitsFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
   }
+  let egressExtraCaPem: string | null = null;
+  if (env.CAPSULE_EGRESS_EXTRA_CA) {
+    try {
+      egressExtraCaPem = readFileSync(env.CAPSULE_EGRESS_EXTRA_CA, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`CAPSULE_EGRESS_EXTRA_CA (${env.CAPSULE_EGRESS_EXTRA_CA}): ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (!egressExtraCaPem.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError(`CAPSULE_EGRESS_EXTRA_CA (${env.CAPSULE_EGRESS_EXTRA_CA}): no PEM certificate in the file`);
+  }
+  // A Unix socket path is limited to 107 bytes; leave room for "/cap_<24 hex>.sock".
+  const SOCKET_DIR_MAX = 70;
+  let egressSocketDir: string;
+  if (env.CAPSULE_EGRESS_SOCKET_DIR) {
+    egressSocketDir = resolve(env.CAPSULE_EGRESS_SOCKET_DIR);
+    if (egressSocketDir.length > SOCKET_DIR_MAX) throw new ConfigError(`CAPSULE_EGRESS_SOCKET_DIR (${egressSocketDir}): at most ${SOCKET_DIR_MAX} characters (Unix socket path limit)`);
+  } else {
+    egressSocketDir = resolve(dataDir, 'egress');
+    // A deep data dir would not fit: fall back to a short per-data-dir directory under /tmp (created 0700).
+    if (egressSocketDir.length > SOCKET_DIR_MAX) egressSocketDir = `/tmp/capsule-egress-${createHash('sha256').update(dataDir).digest('hex').slice(0, 16)}`;
+  }
   const port = portRaw;
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
@@ -118,6 +143,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     logLevel: env.LOG_LEVEL ?? 'info',
     version: env.npm_package_version ?? '0.1.0',
     systemCapsulefilesDir: env.CAPSULE_SYSTEM_CAPSULEFILES_DIR ?? policy('system-capsulefiles'),
+    egressExtraCaPem,
+    egressSocketDir,
     capsulefileLimits,
   };
 }

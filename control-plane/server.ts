@@ -14,6 +14,7 @@ import { buildServices, readSystemCapsulefiles, loadRegulatoryMapping, systemClo
 import { HostBaseImage } from './base-image/index.js';
 import type { BaseImage } from './capsulefile/index.js';
 import { openStores } from './store/index.js';
+import { ProxyEgress, type ProxyEgressOptions } from './egress/index.js';
 
 export interface ControlPlane {
   url: string;
@@ -33,15 +34,25 @@ export interface StartOptions {
   proofCrypto?: CryptoProvider;
   /** The capsule base image inventory (default: this host's system prefix). */
   baseImage?: BaseImage;
+  /**
+   * Test seam of the sealed egress wiring: the upstream DNS resolver (tests map
+   * their hostnames to 127.0.0.1) and the proxy bounds. Default: host DNS, the proxy's defaults.
+   */
+  egress?: Pick<ProxyEgressOptions, 'resolver' | 'limits'>;
 }
 
 export async function startControlPlane(config: Config, runner: RunnerPort, opts: StartOptions = {}): Promise<ControlPlane> {
   const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'control-plane' } });
   const clock = opts.clock ?? systemClock;
   const random = opts.random ?? systemRandom;
-  const { store, capsulefiles } = await openStores(config.database);
+  const { store, capsulefiles, egressProfiles } = await openStores(config.database);
+  const egress = new ProxyEgress({
+    socketDir: config.egressSocketDir, extraCaPem: config.egressExtraCaPem, random, ...opts.egress,
+    // Refusals carry host, port and reason only (no customer bytes).
+    onRefusal: (capsuleId, r) => logger.info({ capsule_id: capsuleId, host: r.host, port: r.port, reason: r.reason }, 'egress refused'),
+  });
   const deps = {
-    store, capsulefiles, baseImage: opts.baseImage ?? new HostBaseImage(), capsulefileLimits: config.capsulefileLimits, runner, clock, random, tiers: new TierTable(config.paidTiers),
+    store, capsulefiles, egressProfiles, egress, baseImage: opts.baseImage ?? new HostBaseImage(), capsulefileLimits: config.capsulefileLimits, runner, clock, random, tiers: new TierTable(config.paidTiers),
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile), region: config.region, log: logger,
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };
@@ -67,6 +78,7 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
     url: `http://${config.host}:${port}`, port, store, services, recovery,
     async close() {
       await services.sweeper.stop();
+      await services.egress.stopAll();
       server.closeAllConnections();
       await new Promise<void>((res) => server.close(() => res()));
       await store.close();

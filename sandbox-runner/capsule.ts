@@ -18,7 +18,7 @@ import { groupPids, killGroup, procsFiles, removeGroup, type CapsuleCgroupPaths,
 import type { Clock, Random } from './clock.js';
 import type { RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
-import { runExec, type SandboxObservation } from './exec.js';
+import { prepareExec, runExec, type Prepared, type SandboxObservation } from './exec.js';
 import { listRegular, readRegular, validateFilename, writeFileInto } from './files.js';
 import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
 import { baseEnv, type SandboxSpec } from './sandbox.js';
@@ -57,6 +57,8 @@ interface Capsule {
   abortRunning: (() => void) | null;
   observations: SandboxObservation[];
   execCount: number;
+  /** The wrapper of the next exec, started ahead of time (see sandbox.ts). */
+  prepared: Prepared | null;
 }
 
 export interface ManagerDeps {
@@ -186,7 +188,7 @@ export class CapsuleManager {
       // The record goes first so that a crash from here on is found by recovery.
       writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
       mkdirSync(tmpfsDir, { mode: 0o711 });
-      await this.d.mounter.mount(tmpfsDir, config.bounds.tmpfsMb);
+      await this.d.mounter.mount(tmpfsDir, config.bounds.tmpfsMb, config.bounds.tmpfsInodes);
       mounted = true;
       for (const sub of ['input', 'output', 'tmp']) {
         mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
@@ -245,7 +247,10 @@ export class CapsuleManager {
       abortRunning: null,
       observations: [],
       execCount: 0,
+      prepared: null,
     });
+    const made = this.capsules.get(id)!;
+    made.prepared = this.prepare(made);
     return { capsule_id: id, hostname, host_uid: uid, created_at: record.created_at };
   }
 
@@ -258,11 +263,32 @@ export class CapsuleManager {
       hostname: c.hostname,
       hasApp: c.hasApp,
       env: { ...c.env, ...env },
-      cgroupProcsFiles: procsFiles(c.record.cgroup),
       command,
       netnsPath: c.record.egress ? netnsPath(c.record.egress.netns) : null,
       caFile: c.record.egress ? join(c.record.tmpfs_dir, EGRESS_CA_FILE) : null,
     };
+  }
+
+  private argFile(c: Capsule): string {
+    return join(c.record.tmpfs_dir, '.exec');
+  }
+
+  private prepare(c: Capsule): Prepared | null {
+    try {
+      return prepareExec(procsFiles(c.record.cgroup), this.argFile(c), this.d.seccompPath);
+    } catch {
+      return null; // the exec starts a wrapper itself
+    }
+  }
+
+  /** Kills the waiting wrapper and waits for it, so it cannot join the cgroup after the sweep. */
+  private async dropPrepared(c: Capsule): Promise<void> {
+    const p = c.prepared;
+    c.prepared = null;
+    if (!p || !p.alive) return;
+    const gone = new Promise<void>((resolve) => p.child.once('exit', () => resolve()));
+    p.child.kill('SIGKILL');
+    await Promise.race([gone, new Promise((r) => setTimeout(r, 2000))]);
   }
 
   private observe(c: Capsule, o: SandboxObservation): void {
@@ -299,17 +325,21 @@ export class CapsuleManager {
       try {
         if (input) {
           try {
-            writeFileInto(input.dir, input.name, input.bytes, c.record.host_uid, 'input_filename');
+            writeFileInto(input.dir, input.name, input.bytes, c.record.host_uid, 'input_filename', false);
           } finally {
             input.bytes.fill(0);
           }
         }
         const executedAt = this.d.clock.iso();
         c.execCount++;
+        const prepared = c.prepared;
+        c.prepared = null;
         const r = await runExec({
           spec: this.spec(c, req.command, env),
           cgroup: c.record.cgroup,
           seccompPath: this.d.seccompPath,
+          argFile: this.argFile(c),
+          prepared,
           timeoutMs: req.timeout_ms,
           killGraceMs: bounds.killGraceMs,
           maxOutputBytes: bounds.maxOutputBytes,
@@ -334,6 +364,10 @@ export class CapsuleManager {
       } finally {
         c.abortRunning = null;
         c.running--;
+        // Start the next exec's wrapper after the sweep, once this result is on its way (spawn is synchronous).
+        setImmediate(() => {
+          if (c.state === 'live' && !c.prepared && c.running === 0) c.prepared = this.prepare(c);
+        });
       }
     };
     const p = c.queue.then(run, run);
@@ -371,17 +405,23 @@ export class CapsuleManager {
     await c.queue;
     if (c.observations.length === 0) {
       // Never executed: observe the capsule's sandbox once so step 1/2 rest on a measurement.
+      const prepared = c.prepared;
+      c.prepared = null;
       await runExec({
         spec: this.spec(c, 'true', {}),
         cgroup: c.record.cgroup,
         seccompPath: this.d.seccompPath,
+        argFile: this.argFile(c),
+        prepared,
         timeoutMs: 5000,
         killGraceMs: 100,
         maxOutputBytes: 1024,
         clock: this.d.clock,
         observe: (o) => this.observe(c, o),
+        observeKind: 'destroy_probe',
       }).catch(() => undefined);
     }
+    await this.dropPrepared(c);
     const result = await this.teardown(c, commandWasRunning);
     this.capsules.delete(c.record.capsule_id);
     return result;

@@ -22,6 +22,8 @@ export interface RunnerConfig {
     maxMemoryMb: number;
     /** Size of each capsule's tmpfs (input + output + tmp + app files). */
     tmpfsMb: number;
+    /** Files and directories per capsule tmpfs (bounds the destroy walk). */
+    tmpfsInodes: number;
     maxUploadBytes: number;
     maxReadBytes: number;
     maxOutputBytes: number; // per stream (stdout, stderr)
@@ -43,7 +45,7 @@ export class ConfigError extends Error {}
 
 const KEYS = [
   'socket', 'state_dir', 'uid_base', 'uid_count', 'runtimes', 'seccomp_policy', 'cgroup_name',
-  'max_capsules', 'min_memory_mb', 'max_memory_mb', 'tmpfs_mb', 'max_upload_bytes', 'max_read_bytes',
+  'max_capsules', 'min_memory_mb', 'max_memory_mb', 'tmpfs_mb', 'tmpfs_inodes', 'max_upload_bytes', 'max_read_bytes',
   'max_output_bytes', 'max_command_bytes', 'max_input_bytes', 'max_timeout_ms', 'kill_grace_ms',
   'pids_max', 'cpu_weight', 'allow_swap_for_tests',
 ] as const;
@@ -119,6 +121,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
       minMemoryMb,
       maxMemoryMb: int(m, 'max_memory_mb', 4096, minMemoryMb, 1 << 20),
       tmpfsMb: int(m, 'tmpfs_mb', 256, 1, 1 << 20),
+      tmpfsInodes: int(m, 'tmpfs_inodes', 65536, 64, 1 << 24),
       maxUploadBytes: int(m, 'max_upload_bytes', 100 * 1024 * 1024, 1, 2 ** 31),
       maxReadBytes: int(m, 'max_read_bytes', 100 * 1024 * 1024, 1, 2 ** 31),
       maxOutputBytes: int(m, 'max_output_bytes', 1024 * 1024, 1024, 64 * 1024 * 1024),

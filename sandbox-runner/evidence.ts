@@ -36,7 +36,7 @@ function namespaceStep(m: DestroyMeasurements): StepEvidence {
       const cap = o.namespaces[ns as NsName] ?? null;
       cmp[ns] = { capsule: cap, host: host ?? null, distinct: cap !== null && host !== undefined && cap !== host };
     }
-    return { observed_at: o.at, namespaces: cmp };
+    return { observed_at: o.at, observed_during: o.kind, namespaces: cmp };
   });
   const required: NsName[] = ['user', 'mnt', 'pid', 'uts', 'net', 'ipc'];
   return {

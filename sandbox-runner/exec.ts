@@ -1,13 +1,13 @@
 // One sandboxed exec: spawn, bounded output capture, timeout (SIGTERM, then
 // SIGKILL after a grace), OOM detection, and a final cgroup sweep so that no
 // process of the exec outlives it.
-import { spawn } from 'node:child_process';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
-import { groupPids, killGroup, oomKills, signalGroup, type CapsuleCgroupPaths } from './cgroup.js';
+import { groupPids, killGroup, oomKills, procsFiles, signalGroup, type CapsuleCgroupPaths } from './cgroup.js';
 import type { Clock } from './clock.js';
 import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
-import { BLOCK_FD, buildExecArgv, type SandboxSpec } from './sandbox.js';
+import { argFileText, BLOCK_FD, GO_FD, INFO_FD, sandboxArgv, wrapperArgv, type SandboxSpec } from './sandbox.js';
 
 export interface ExecOutcome {
   stdout: string;
@@ -23,22 +23,35 @@ export interface ExecOutcome {
 }
 
 export interface SandboxObservation {
+  /** first_exec: the capsule's first command; destroy_probe: `true` run at destroy because none ran. */
+  kind: 'first_exec' | 'destroy_probe';
   at: string;
   pid: number;
   namespaces: Partial<Record<NsName, string>>;
   mounts: MountLine[];
 }
 
+/** A wrapper started ahead of time, waiting inside the capsule's cgroups for "go". */
+export interface Prepared {
+  child: ChildProcess;
+  alive: boolean;
+}
+
 export interface ExecParams {
   spec: SandboxSpec;
   cgroup: CapsuleCgroupPaths;
   seccompPath: string;
+  /** Root-only file on the capsule tmpfs the wrapper sources. */
+  argFile: string;
+  /** A prepared wrapper to use; a fresh one is started when absent or dead. */
+  prepared?: Prepared | null;
   timeoutMs: number;
   killGraceMs: number;
   maxOutputBytes: number;
   clock: Clock;
   /** Called with the sandbox's namespaces/mounts when bwrap reports its child pid. */
   observe?: (o: SandboxObservation) => void;
+  observeKind?: SandboxObservation['kind'];
   /** Lets the caller (destroy) abort the exec: kills the whole group. */
   onStart?: (abort: () => void) => void;
 }
@@ -77,35 +90,49 @@ class Capture {
 
 const HOST_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
-export function runExec(p: ExecParams): Promise<ExecOutcome> {
-  const observing = p.observe !== undefined;
-  const { file, args } = buildExecArgv({ ...p.spec, block: observing });
-  const oomBefore = oomKills(p.cgroup);
-  const seccompFd = openSync(p.seccompPath, 'r');
-  const start = p.clock.monotonicMs();
-  let child;
+/** Starts the wrapper of the next exec (it joins the cgroups, then waits). */
+export function prepareExec(cgroupProcsFiles: string[], argFile: string, seccompPath: string): Prepared {
+  const { file, args } = wrapperArgv(cgroupProcsFiles, argFile);
+  const seccompFd = openSync(seccompPath, 'r');
+  let child: ChildProcess;
   try {
-    child = spawn(file, args, {
-      stdio: observing ? ['ignore', 'pipe', 'pipe', seccompFd, 'pipe', 'pipe'] : ['ignore', 'pipe', 'pipe', seccompFd, 'pipe'],
-      env: { PATH: HOST_PATH },
-    });
+    child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', seccompFd, 'pipe', 'pipe', 'pipe'], env: { PATH: HOST_PATH } });
   } finally {
     closeSync(seccompFd);
   }
+  const p: Prepared = { child, alive: true };
+  child.on('exit', () => {
+    p.alive = false;
+  });
+  child.on('error', () => {
+    p.alive = false;
+  });
+  for (const i of [GO_FD, BLOCK_FD, INFO_FD]) (child.stdio[i] as unknown as NodeJS.EventEmitter | null)?.on('error', () => undefined);
+  return p;
+}
+
+export function runExec(p: ExecParams): Promise<ExecOutcome> {
+  const observing = p.observe !== undefined;
+  const prepared = p.prepared && p.prepared.alive ? p.prepared : prepareExec(procsFiles(p.cgroup), p.argFile, p.seccompPath);
+  const child = prepared.child;
+  writeFileSync(p.argFile, argFileText(sandboxArgv({ ...p.spec, block: observing }), observing), { mode: 0o600 });
+  const oomBefore = oomKills(p.cgroup);
+  const start = p.clock.monotonicMs();
+  const stdio = child.stdio as unknown as (Readable | Writable | null)[];
+  (stdio[GO_FD] as Writable).end('go\n');
   const out = new Capture(p.maxOutputBytes);
   const err = new Capture(p.maxOutputBytes);
   child.stdout!.on('data', (b: Buffer) => out.push(b));
   child.stderr!.on('data', (b: Buffer) => err.push(b));
-  const info = child.stdio[4] as Readable | null;
-  const block = observing ? ((child.stdio as unknown as (Writable | null)[])[5] ?? null) : null;
+  const info = stdio[INFO_FD] as Readable | null;
+  const block = stdio[BLOCK_FD] as Writable | null;
+  if (!observing) block?.end();
   let released = false;
   const release = (): void => {
-    if (released || !block) return;
+    if (released || !block || !observing) return;
     released = true;
     block.end('g');
   };
-  block?.on('error', () => undefined);
-  info?.on('error', () => undefined);
   if (info && p.observe) {
     let text = '';
     info.on('data', (b: Buffer) => {
@@ -124,7 +151,7 @@ export function runExec(p: ExecParams): Promise<ExecOutcome> {
             return;
           }
           try {
-            if (blockedOnFd(pid, BLOCK_FD)) p.observe?.({ at: p.clock.iso(), pid, namespaces: nsInodes(pid), mounts: mountinfoOf(pid) });
+            if (blockedOnFd(pid, BLOCK_FD)) p.observe?.({ kind: p.observeKind ?? 'first_exec', at: p.clock.iso(), pid, namespaces: nsInodes(pid), mounts: mountinfoOf(pid) });
           } catch {
             /* observation is best effort; absence is reported as such */
           }

@@ -9,6 +9,7 @@ import { CgroupError, CgroupManager } from './cgroup.js';
 import { CapsuleManager, etcDirFor } from './capsule.js';
 import { systemClock, systemRandom } from './clock.js';
 import { ConfigError, loadConfig, type RunnerConfig } from './config.js';
+import { closeInheritedFds } from './fds.js';
 import { bwrapVersion, hostFacts, nsInodes, swapActive } from './host.js';
 import { recoverCapsules } from './recovery.js';
 import { compilePolicy, loadPolicy, PolicyError } from './seccomp.js';
@@ -23,6 +24,7 @@ function fail(msg: string): never {
 }
 
 async function main(): Promise<void> {
+  closeInheritedFds();
   let config: RunnerConfig;
   try {
     config = loadConfig(process.env, process.argv.slice(2));

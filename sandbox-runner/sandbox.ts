@@ -1,12 +1,15 @@
 // Builds the command line of one sandboxed exec (isolation layers 1-4 and 6):
 //
-//   /bin/sh -c '<join cgroups>; exec "$@"'  (root, host: enters the capsule cgroups before anything forks)
-//     setpriv --reuid U --regid U --clear-groups ...   (drop to the capsule's unprivileged host uid)
+//   /bin/sh -c '<join cgroups>; read go; . <argfile>'  (root, host: pre-started, waits inside the capsule cgroups)
+//     exec setpriv --reuid U --regid U --clear-groups ...  (drop to the capsule's unprivileged host uid)
 //       bwrap --unshare-{user,ipc,pid,uts,net,cgroup-try} ... --seccomp 3 --info-fd 4
-//         /bin/sh -c <command>                          (uid 1000 inside, no capabilities)
+//         /bin/sh -c <command>                              (uid 1000 inside, no capabilities)
 //
-// fd 3 carries the compiled seccomp program, fd 4 receives bwrap's
-// {"child-pid": N} so the runner can observe the capsule's namespaces.
+// Joining a v1 cgroup costs several ms (an RCU grace period under load), so
+// the wrapper for the next exec is started ahead of time and waits on fd 5;
+// the exec writes the argfile (on the capsule tmpfs, root-only, never bound
+// inside) and says "go". fd 3 carries the compiled seccomp program, fd 4
+// receives bwrap's {"child-pid": N} so the runner can observe the capsule.
 import { cpSync, existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -14,8 +17,10 @@ export const INSIDE_UID = 1000;
 export const INSIDE_GID = 1000;
 export const SECCOMP_FD = 3;
 export const INFO_FD = 4;
-/** Present only on observed execs: bwrap waits here, sandbox fully set up, until the runner has looked. */
-export const BLOCK_FD = 5;
+/** The pre-started wrapper waits for "go" on this fd. */
+export const GO_FD = 5;
+/** Used only on observed execs: bwrap waits here, sandbox fully set up, until the runner has looked. */
+export const BLOCK_FD = 6;
 
 /**
  * /etc entries a workload needs from the image (dynamic loader cache, TLS
@@ -65,7 +70,6 @@ export interface SandboxSpec {
   hostname: string;
   hasApp: boolean;
   env: Record<string, string>;
-  cgroupProcsFiles: string[];
   command: string;
   /** Hold the sandbox on BLOCK_FD before the command starts (observation). */
   block?: boolean;
@@ -94,7 +98,8 @@ function imageArgs(root: string): string[] {
 
 const imageArgsCache = new Map<string, string[]>();
 
-export function buildExecArgv(s: SandboxSpec): { file: string; args: string[] } {
+/** argv of the sandbox itself (what the wrapper execs). */
+export function sandboxArgv(s: SandboxSpec): string[] {
   let img = imageArgsCache.get(s.imageRoot);
   if (!img) {
     img = imageArgs(s.imageRoot);
@@ -130,10 +135,28 @@ export function buildExecArgv(s: SandboxSpec): { file: string; args: string[] } 
     'setpriv', `--reuid=${s.hostUid}`, `--regid=${s.hostUid}`, '--clear-groups',
     '--inh-caps=-all', '--nnp',
   ];
-  const inner = s.netnsPath ? ['nsenter', `--net=${s.netnsPath}`, '--', ...setpriv, ...bwrap] : [...setpriv, ...bwrap];
-  // Join every cgroup of the capsule first: children inherit it, so nothing escapes accounting.
-  const script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"';
-  return { file: '/bin/sh', args: ['-c', script, 'capsule-exec', String(s.cgroupProcsFiles.length), ...s.cgroupProcsFiles, ...inner] };
+  return s.netnsPath ? ['nsenter', `--net=${s.netnsPath}`, '--', ...setpriv, ...bwrap] : [...setpriv, ...bwrap];
+}
+
+/** Single-quotes one word for sh. */
+function shq(w: string): string {
+  return `'${w.replace(/'/g, `'\\''`)}'`;
+}
+
+/** The argfile the waiting wrapper sources: close the control fds, exec the sandbox. */
+export function argFileText(argv: string[], observing: boolean): string {
+  return `exec ${GO_FD}<&- ${observing ? '' : `${BLOCK_FD}<&- `}${argv.map(shq).join(' ')}\n`;
+}
+
+/**
+ * The wrapper started ahead of an exec: joins every cgroup of the capsule
+ * (children inherit it, so nothing escapes accounting), then waits for "go".
+ */
+export function wrapperArgv(cgroupProcsFiles: string[], argFile: string): { file: string; args: string[] } {
+  const script =
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; ' +
+    `read -r go <&${GO_FD} || exit 125; [ "$go" = go ] || exit 125; . "$1"`;
+  return { file: '/bin/sh', args: ['-c', script, 'capsule-exec', String(cgroupProcsFiles.length), ...cgroupProcsFiles, argFile] };
 }
 
 /** Base environment of every exec; capsule and exec env are layered over it. */

@@ -18,8 +18,8 @@ MS_NOSUID, MS_NODEV, MNT_DETACH, EBUSY = 2, 4, 2, 16
 for line in sys.stdin:
     f = line.rstrip("\n").split("\0")
     r, err = -1, 22
-    if f[0] == "mount" and len(f) == 3:
-        r = libc.mount(b"capsule-tmpfs", f[1].encode(), b"tmpfs", MS_NOSUID | MS_NODEV, ("size=%dm,mode=0711" % int(f[2])).encode())
+    if f[0] == "mount" and len(f) == 4:
+        r = libc.mount(b"capsule-tmpfs", f[1].encode(), b"tmpfs", MS_NOSUID | MS_NODEV, ("size=%dm,nr_inodes=%d,mode=0711" % (int(f[2]), int(f[3]))).encode())
         err = ctypes.get_errno()
     elif f[0] == "umount" and len(f) == 2:
         r = libc.umount2(f[1].encode(), 0)
@@ -80,11 +80,12 @@ export class Mounter {
     });
   }
 
-  async mount(dir: string, sizeMb: number): Promise<void> {
-    const reply = await this.ask(['mount', dir, String(sizeMb)]);
+  /** Mounts a tmpfs of sizeMb bytes and at most inodes files/directories (bounds the wipe's walk too). */
+  async mount(dir: string, sizeMb: number, inodes: number): Promise<void> {
+    const reply = await this.ask(['mount', dir, String(sizeMb), String(inodes)]);
     if (reply === 'ok') return;
     if (reply !== null) throw new TmpfsError(`mount tmpfs at ${dir} failed: ${reply}`);
-    const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeMb}m,mode=0711,nosuid,nodev`, 'capsule-tmpfs', dir], { encoding: 'utf8' });
+    const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeMb}m,nr_inodes=${inodes},mode=0711,nosuid,nodev`, 'capsule-tmpfs', dir], { encoding: 'utf8' });
     if (r.status !== 0) throw new TmpfsError(`mount tmpfs at ${dir} failed: ${(r.stderr || '').trim()}`);
   }
 

@@ -11,7 +11,8 @@ import { createCipheriv } from 'node:crypto';
 import { closeSync, constants, fstatSync, openSync, readdirSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WipeReport } from '../shared/runner-protocol.js';
-import { leafHash, rootFromLeafHashes } from './merkle.js';
+import { MerkleAccumulator, merkleLeafHash, toHex } from '../shared/proof/index.js';
+import { nodeCrypto } from '../shared/node/crypto-node.js';
 
 export const REGION_BYTES = 1024 * 1024;
 export const WIPE_PASSES = ['zeros', 'ones', 'random', 'zeros'];
@@ -19,7 +20,7 @@ export const WIPE_PASSES = ['zeros', 'ones', 'random', 'zeros'];
 const ZEROS = Buffer.alloc(REGION_BYTES, 0x00);
 const ONES = Buffer.alloc(REGION_BYTES, 0xff);
 /** Leaf hash of `len` zero bytes, by len: a pure function, so computed once per process. */
-const ZERO_LEAVES = new Map<number, Buffer>();
+const ZERO_LEAVES = new Map<number, Uint8Array>();
 
 export interface WipeOutcome {
   report: WipeReport;
@@ -29,21 +30,33 @@ export interface WipeOutcome {
   errors: string[];
 }
 
-/** Relative paths of regular files (by lstat type) under dir, sorted for a stable leaf order. */
-function listFiles(dir: string, rel = '', out: string[] = [], counts = { other: 0 }): { files: string[]; other: number } {
-  let entries;
-  try {
-    entries = readdirSync(join(dir, rel), { withFileTypes: true });
-  } catch {
-    return { files: out, other: counts.other };
+/**
+ * Relative paths of regular files (by lstat type) under dir, sorted for a
+ * stable leaf order. Directories that cannot be read (e.g. paths beyond
+ * PATH_MAX) are reported, so the wipe never claims a tree it did not see.
+ */
+function listFiles(dir: string): { files: string[]; other: number; unreadable: string[] } {
+  const files: string[] = [];
+  const unreadable: string[] = [];
+  let other = 0;
+  const stack = [''];
+  while (stack.length > 0) {
+    const rel = stack.pop()!;
+    let entries;
+    try {
+      entries = readdirSync(join(dir, rel), { withFileTypes: true });
+    } catch (e) {
+      unreadable.push(`${rel || '.'}: ${(e as NodeJS.ErrnoException).code ?? 'error'}`);
+      continue;
+    }
+    for (const e of entries) {
+      const r = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) stack.push(r);
+      else if (e.isFile()) files.push(r);
+      else other++;
+    }
   }
-  for (const e of entries) {
-    const r = rel ? `${rel}/${e.name}` : e.name;
-    if (e.isDirectory()) listFiles(dir, r, out, counts);
-    else if (e.isFile()) out.push(r);
-    else counts.other++;
-  }
-  return { files: out.sort(), other: counts.other };
+  return { files: files.sort(), other, unreadable };
 }
 
 function writeFull(fd: number, buf: Buffer, len: number, pos: number): void {
@@ -66,12 +79,12 @@ function readFull(fd: number, buf: Buffer, len: number, pos: number): number {
  * only as the keystream key of the random pass (the caller zeroizes it).
  */
 export function wipeTree(root: string, key: Buffer): WipeOutcome {
-  const { files, other } = listFiles(root);
-  const leaves: Buffer[] = [];
+  const { files, other, unreadable } = listFiles(root);
+  const leaves = new MerkleAccumulator(nodeCrypto);
   const readBuf = Buffer.allocUnsafe(REGION_BYTES);
-  const errors: string[] = [];
+  const errors: string[] = unreadable.map((u) => `unreadable directory ${u}`);
   let bytes = 0;
-  let verified = true;
+  let verified = unreadable.length === 0;
   let skipped = other;
   let wiped = 0;
   files.forEach((rel, fileIndex) => {
@@ -103,15 +116,15 @@ export function wipeTree(root: string, key: Buffer): WipeOutcome {
         writeFull(fd, ZEROS, len, pos);
         if (readFull(fd, readBuf, len, pos) !== len || !readBuf.subarray(0, len).equals(ZEROS.subarray(0, len))) {
           verified = false;
-          leaves.push(leafHash(readBuf.subarray(0, len)));
+          leaves.pushLeafHash(merkleLeafHash(readBuf.subarray(0, len), nodeCrypto));
         } else {
           // The region read back equal to `len` zero bytes: its leaf is the leaf of that buffer.
           let h = ZERO_LEAVES.get(len);
           if (!h) {
-            h = leafHash(ZEROS.subarray(0, len));
+            h = merkleLeafHash(ZEROS.subarray(0, len), nodeCrypto);
             if (ZERO_LEAVES.size < 256) ZERO_LEAVES.set(len, h); // bounded: a few common lengths
           }
-          leaves.push(h);
+          leaves.pushLeafHash(h);
         }
         rnd.fill(0);
         bytes += len;
@@ -132,9 +145,9 @@ export function wipeTree(root: string, key: Buffer): WipeOutcome {
       files: wiped,
       passes: [...WIPE_PASSES],
       readback_verified: verified,
-      zero_state_root: `sha512:${rootFromLeafHashes(leaves).toString('hex')}`,
+      zero_state_root: `sha512:${toHex(leaves.root())}`,
     },
-    regions: leaves.length,
+    regions: leaves.count,
     skipped_non_regular: skipped,
     errors,
   };

@@ -1,7 +1,7 @@
 // Service-facing ports: what the services need of storage, time and randomness.
 // Adapters (store/, http/) implement or consume these; domain has no I/O.
 import type {
-  Account, Capsule, CapsuleStatus, IdempotentResponse, KeyRecord, Limits, StoredProof, Tier,
+  Account, Capsule, CapsuleStatus, EgressProfile, EgressRule, EgressRuleKind, IdempotentResponse, KeyRecord, Limits, StoredProof, Tier,
 } from './types.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 
@@ -116,3 +116,57 @@ export interface Store {
   completeIdempotency(customerId: string, key: string, response: IdempotentResponse): Promise<void>;
   releaseIdempotency(customerId: string, key: string): Promise<void>;
 }
+
+// ---- Egress profiles (SPEC "Egress profiles") and the sealed egress layer
+
+export interface EgressProfilePage { items: EgressProfile[]; next_cursor: string | null }
+export interface EgressRulePage { items: EgressRule[]; next_cursor: string | null }
+export type ProfileDeleteOutcome = 'deleted' | 'missing' | 'in_use';
+
+/** Storage of egress profiles and rules. Unique violations come back as ApiError resource_conflict. */
+export interface EgressProfileStore {
+  insertProfile(p: EgressProfile): Promise<void>;
+  getProfile(id: string): Promise<EgressProfile | null>;
+  /** The account's profile of that name (the default profile is found this way). */
+  profileByName(customerId: string, name: string): Promise<EgressProfile | null>;
+  listProfiles(customerId: string, limit: number, cursor: string | null): Promise<EgressProfilePage>;
+  updateProfile(id: string, set: { name?: string; description?: string }): Promise<EgressProfile | null>;
+  /** Refuses ('in_use') while a live capsule references the profile; rules go with it. */
+  deleteProfile(id: string): Promise<ProfileDeleteOutcome>;
+  insertRule(r: EgressRule): Promise<void>;
+  getRule(id: string): Promise<EgressRule | null>;
+  /** Rules of one profile (profileId) or of the whole account (null), oldest first. */
+  listRules(customerId: string, profileId: string | null, limit: number, cursor: string | null): Promise<EgressRulePage>;
+  /** Every rule of a profile, oldest first (capsule create). */
+  allRules(profileId: string): Promise<EgressRule[]>;
+  deleteRule(id: string): Promise<boolean>;
+}
+
+/** What one capsule's sealed egress layer enforces. */
+export interface EgressSpec {
+  capsuleId: string;
+  rules: { kind: EgressRuleKind; value: string; port: number }[];
+  /** Capsulefile egress_declaration ([] when none: nothing passes the AND). */
+  declaration: string[];
+  mcpPolicy?: { allowed_tools?: string[]; prohibited_tools?: string[] };
+}
+
+/** An activity event from the egress layer, without `seq` (the trail assigns it). */
+export interface EgressActivity { type: string; at: string; [field: string]: unknown }
+
+export interface RunningEgress {
+  /** Unix socket the runner bridges into the capsule's network namespace. */
+  proxySocket: string;
+  /** PEM of the per-capsule CA the workload trusts. */
+  caPem: string;
+  /** Closes every connection, destroys the CA/leaf keys; returns step 4 evidence. Idempotent. */
+  stop(): Promise<Record<string, unknown>>;
+}
+
+/** Starts one capsule's sealed egress layer (the egress adapter). Invalid config throws EgressConfigError. */
+export interface EgressLauncher {
+  start(spec: EgressSpec, onEvent: (e: EgressActivity) => void): Promise<RunningEgress>;
+}
+
+/** A profile/declaration/policy the egress layer cannot enforce: the message names the field. */
+export class EgressConfigError extends Error {}

@@ -57,6 +57,8 @@ export interface Capsule {
   capsulefile_id: string | null;
   /** Content hash of the pinned Capsulefile, kept on the capsule so proofs outlive the Capsulefile. */
   capsulefile_content_hash: string | null;
+  /** Egress profile whose rules the capsule's sealed egress layer enforces; null = loopback only. */
+  egress_profile_id: string | null;
   metadata: Record<string, string>;
   execution_count: number;
   bytes_processed: number;
@@ -93,3 +95,28 @@ export interface IdempotentResponse {
   body: string;
   headers: Record<string, string>;
 }
+
+/** SPEC "Egress profile and rule". */
+export const EGRESS_RULE_KINDS = ['domain', 'ip_v4', 'ip_v6', 'cidr_v4', 'cidr_v6'] as const;
+export type EgressRuleKind = (typeof EGRESS_RULE_KINDS)[number];
+
+export interface EgressProfile {
+  id: string;
+  customer_id: string;
+  name: string;
+  description: string;
+  created_at: string;
+}
+
+export interface EgressRule {
+  id: string;
+  profile_id: string;
+  customer_id: string;
+  kind: EgressRuleKind;
+  value: string;
+  port: number;
+  created_at: string;
+}
+
+/** Name of the profile the flat `/v1/egress` endpoints use (created on first use). */
+export const DEFAULT_EGRESS_PROFILE_NAME = 'default';

@@ -4,6 +4,7 @@ import type { AppDeps } from './context.js';
 import { requestContext } from './middleware.js';
 import { capsuleRoutes } from './routes/capsules.js';
 import { capsulefileRoutes } from './routes/capsulefiles.js';
+import { egressRoutes } from './routes/egress.js';
 import { publicRoutes } from './routes/public.js';
 import { sessionRoutes } from './routes/sessions.js';
 
@@ -15,7 +16,7 @@ export function createApp(d: AppDeps): Koa {
   const app = new Koa({ proxy: false });
   app.silent = true; // errors are rendered and logged by requestContext
   app.use(requestContext(d) as Koa.Middleware);
-  for (const r of [publicRoutes(d), capsuleRoutes(d), capsulefileRoutes(d), sessionRoutes(d)]) {
+  for (const r of [publicRoutes(d), capsuleRoutes(d), capsulefileRoutes(d), sessionRoutes(d), egressRoutes(d)]) {
     app.use(r.routes() as unknown as Koa.Middleware);
   }
   return app;

@@ -3,14 +3,16 @@
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
 import type { ExecResult, FileEntry } from '../../shared/runner-protocol.js';
-import type { ApiForm, Caller, Capsule, CapsulePage, DataClassification } from '../domain/index.js';
-import { LIVE_STATUSES } from '../domain/index.js';
+import type { ApiForm, Caller, Capsule, CapsulePage, DataClassification, EgressSpec, RunningEgress } from '../domain/index.js';
+import { EgressConfigError, LIVE_STATUSES } from '../domain/index.js';
 import { cycleStart, isoMicros } from './clock.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 import { fromRunner } from './runner-errors.js';
 import type { RecoveryGate } from './recovery.js';
 import type { CapsulefileService } from './capsulefiles.js';
+import { requireEgressTier, type EgressProfileService } from './egress-profiles.js';
+import { gate, type EgressSessions } from './egress-sessions.js';
 
 export const DEFAULT_TTL_SECONDS = 300;
 /** Runner memory ceiling per capsule when no Capsulefile sets one. */
@@ -42,6 +44,7 @@ export class CapsuleService {
   constructor(
     private readonly d: Deps, private readonly live: LiveState, private readonly gate: RecoveryGate,
     private readonly capsulefiles: CapsulefileService,
+    private readonly profiles: EgressProfileService, private readonly egress: EgressSessions,
   ) {}
 
   /** Loads a capsule the caller owns; anything else is 404 (SPEC: ownership). */
@@ -67,14 +70,16 @@ export class CapsuleService {
     const a = caller.account;
     const limits = this.d.tiers.limits(a.tier);
     await this.gate.ensure();
+    // Sealed egress only for a capsule with an allowlist (an egress profile); otherwise loopback only.
+    let egressRules: EgressSpec['rules'] | null = null;
+    let egressProfileId: string | null = null;
     if (input.egress_profile_id !== undefined) {
-      if (a.tier === 'free' || a.tier === 'starter') throw new ApiError('tier_required', 'egress_profile_id: egress profiles need the Team (business) tier or higher');
-      // Egress profiles are not served by this install yet: no id can exist.
-      throw new ApiError('resource_not_found', 'egress_profile_id: egress profile not found');
+      requireEgressTier(caller, 'egress_profile_id');
+      const profile = await this.profiles.owned(caller, input.egress_profile_id, 'egress_profile_id');
+      if (!this.egress.available) throw new ApiError('service_unavailable', 'egress_profile_id: this install runs no sealed egress layer');
+      egressProfileId = profile.id;
+      egressRules = (await this.d.egressProfiles.allRules(profile.id)).map((r) => ({ kind: r.kind, value: r.value, port: r.port }));
     }
-    // A pinned capsule: finalized Capsulefile only, its packages present in the base image (never downloaded).
-    // TODO(egress wiring): when egress profiles are served, hand def.egress_declaration (as `declaration`)
-    // and def.mcp_policy (as `mcpPolicy`) to startEgressProxy; until then a pinned capsule has no network.
     const pinned = input.capsulefile_id === undefined ? null : await this.capsulefiles.forCapsule(caller, input.capsulefile_id);
     const def = pinned?.capsulefile.definition;
     if (def?.packages) {
@@ -96,8 +101,32 @@ export class CapsuleService {
       id, customer_id: a.customer_id, status: 'active', api_form: input.form, ttl_seconds: ttl,
       created_at: isoMicros(nowMs), expires_at: isoMicros(nowMs + ttl * 1000),
       data_classification: input.data_classification ?? def?.data_classification ?? 'general', jurisdiction: a.jurisdiction,
-      capsulefile_id: pinned?.capsulefile.id ?? null, capsulefile_content_hash: pinned?.capsulefile.content_hash ?? null, metadata: input.metadata, execution_count: 0, bytes_processed: 0, destroyed_at: null,
+      capsulefile_id: pinned?.capsulefile.id ?? null, capsulefile_content_hash: pinned?.capsulefile.content_hash ?? null,
+      egress_profile_id: egressProfileId, metadata: input.metadata, execution_count: 0, bytes_processed: 0, destroyed_at: null,
       billable: caller.key_mode === 'live',
+    };
+    // The proxy starts before the runner's capsule (the runner bridges its socket); its events wait for the row.
+    const rowReady = gate();
+    let egress: RunningEgress | null = null;
+    if (egressRules !== null) {
+      try {
+        // The AND of profile and declaration: no Capsulefile or no declaration means nothing is allowed.
+        egress = await this.egress.start({
+          capsuleId: id, rules: egressRules, declaration: def?.egress_declaration ?? [],
+          ...(def?.mcp_policy !== undefined ? { mcpPolicy: def.mcp_policy } : {}),
+        }, rowReady);
+      } catch (e) {
+        await this.d.store.unreserveCapsule(a.customer_id);
+        if (e instanceof EgressConfigError) {
+          const field = /^(\w+):/.exec(e.message)?.[1] ?? 'egress_profile_id';
+          throw new ApiError('invalid_parameters', e.message, { extra: { field } });
+        }
+        throw e;
+      }
+    }
+    const dropEgress = async (): Promise<void> => {
+      rowReady.close();
+      if (egress) { await this.egress.stop(id).catch(() => null); this.egress.forget(id); }
     };
     try {
       await this.d.runner.create({
@@ -107,8 +136,10 @@ export class CapsuleService {
           env: { ...(def?.env_vars ?? {}) },
           app_files: pinned.files.map((f) => ({ filename: f.filename, content_b64: Buffer.from(f.bytes).toString('base64') })),
         } : {}),
+        ...(egress ? { egress: { proxy_socket: egress.proxySocket, ca_pem: egress.caPem } } : {}),
       });
     } catch (e) {
+      await dropEgress();
       await this.d.store.unreserveCapsule(a.customer_id);
       throw fromRunner(e, 'capsule');
     }
@@ -118,14 +149,18 @@ export class CapsuleService {
         fields: {
           data_classification: capsule.data_classification, jurisdiction: capsule.jurisdiction, region: this.d.region,
           ...(capsule.capsulefile_id !== null ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash } : {}),
+          // The allowlist in force, bound into the trail: profile id and a hash of its rules as snapshotted now.
+          ...(egressRules !== null ? { egress_profile_id: egressProfileId, egress_rules_hash: rulesHash(egressRules) } : {}),
         },
       });
     } catch (e) {
       // Nothing half-written: the runner's capsule goes, the slot comes back.
       await this.d.runner.destroy(id).catch(() => undefined);
+      await dropEgress();
       await this.d.store.unreserveCapsule(a.customer_id);
       throw e;
     }
+    rowReady.open();
     this.d.log.info({ capsule_id: id, customer_id: a.customer_id }, 'capsule created');
     return capsule;
   }
@@ -161,6 +196,8 @@ export class CapsuleService {
         ...(req.input_filename !== undefined ? { input_filename: req.input_filename } : {}),
       };
       try { result = await this.d.runner.exec(execReq); } catch (e) { throw fromRunner(e, 'capsule'); }
+      // Egress events of this exec land in the trail before its completion event.
+      await this.egress.flush(c.id);
       const last = this.live.end(c.id) === 0;
       settled = true;
       const side = { executions: 1, bytes: inputBytes, ...(last ? { move: { from: ['executing'] as const, to: 'active' as const } } : {}) };
@@ -204,4 +241,11 @@ export class CapsuleService {
     }, { bytes: out.entry.size_bytes });
     return out;
   }
+}
+
+/** SHA-512 of the rules as `[kind, value, port]` triples, sorted, as JSON (arrays of primitives: one serialization). */
+export function rulesHash(rules: EgressSpec['rules']): string {
+  const triples = rules.map((r) => [r.kind, r.value, r.port] as const)
+    .sort((x, y) => (JSON.stringify(x) < JSON.stringify(y) ? -1 : JSON.stringify(x) > JSON.stringify(y) ? 1 : 0));
+  return sha512Prefixed(JSON.stringify(triples));
 }

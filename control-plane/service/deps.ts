@@ -2,7 +2,7 @@
 import type { CryptoProvider } from '../../shared/proof/index.js';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
 import type { BaseImage, CapsulefileStore } from '../capsulefile/index.js';
-import type { Clock, Random, Store, Tier, TierTable } from '../domain/index.js';
+import type { Clock, EgressLauncher, EgressProfileStore, Random, Store, Tier, TierTable } from '../domain/index.js';
 import type { RegulatoryMapping } from './regulatory.js';
 
 /** The subset of a pino logger the services use. */
@@ -15,6 +15,9 @@ export interface Log {
 export interface Deps {
   store: Store;
   capsulefiles: CapsulefileStore;
+  egressProfiles: EgressProfileStore;
+  /** Starts a capsule's sealed egress layer; null = this install serves no egress (profiles give 503 at capsule create). */
+  egress: EgressLauncher | null;
   /** Answers which declared Capsulefile packages the capsule base image lacks. */
   baseImage: BaseImage;
   /** Per-tier Capsulefile limits: memory ceiling of a pinned capsule, Capsulefile count. */

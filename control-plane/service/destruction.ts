@@ -13,6 +13,7 @@ import { LIVE_STATUSES } from '../domain/index.js';
 import type { LiveState } from './capsules.js';
 import type { Deps } from './deps.js';
 import { newId } from './ids.js';
+import type { EgressSessions } from './egress-sessions.js';
 import { regulatoryContext } from './regulatory.js';
 import { fromRunner } from './runner-errors.js';
 
@@ -36,7 +37,19 @@ function capsuleContext(c: Capsule): CapsuleContext {
 const b64 = (b: Uint8Array): string => Buffer.from(b).toString('base64');
 
 export class DestructionService {
-  constructor(private readonly d: Deps, private readonly live: LiveState) {}
+  constructor(private readonly d: Deps, private readonly live: LiveState, private readonly egress: EgressSessions) {}
+
+  /**
+   * Ends a capsule's sealed egress layer before DestructionInitiated (so no
+   * egress event can follow it) and returns what goes into step 4.
+   */
+  private async stopEgress(c: Capsule): Promise<Record<string, unknown> | null> {
+    const ev = await this.egress.stop(c.id);
+    if (ev) return ev;
+    if (c.egress_profile_id === null) return null;
+    // The proxy lived in an earlier control plane process; its keys ended with it.
+    return { state: 'not_running_in_this_process', note: 'the egress proxy and its keys ended with the control plane process that started it; key destruction not measured' };
+  }
 
   /** Destroys a live capsule and returns the destroy response (already stored). */
   async destroy(c: Capsule, trigger: DestroyTrigger): Promise<Record<string, unknown>> {
@@ -46,6 +59,7 @@ export class DestructionService {
     this.live.destroying.add(c.id);
     try {
       const commandRunning = this.live.isRunning(c.id);
+      const egressEvidence = await this.stopEgress(c);
       await this.d.store.appendActivity(c.id, 'DestructionInitiated', this.d.clock.nowIso(), { trigger });
       let result: DestroyResult;
       try {
@@ -64,6 +78,8 @@ export class DestructionService {
       const last = activity[activity.length - 1];
       // Step 7 is the control plane's: the trail it sealed, as counted.
       const evidence = Array.from({ length: 8 }, (_, i) => result.evidence[i] ?? {});
+      // Step 4 (key destruction): the runner's capsule key plus the egress proxy's CA and leaf keys.
+      if (egressEvidence) evidence[3] = { ...(evidence[3] ?? {}), egress_proxy: egressEvidence };
       evidence[6] = {
         activity_events: activity.length,
         first_seq: activity[0]?.seq ?? null,
@@ -98,6 +114,7 @@ export class DestructionService {
         proof: { proof_id: newId('prf_', this.d.random), capsule_id: c.id, customer_id: c.customer_id, record: record as unknown as Record<string, unknown>, response, partial: false, created_at: this.d.clock.nowIso() },
         key: this.keyRecord(record.attestation.key_id, publicKey),
       });
+      this.egress.forget(c.id);
       this.d.log.info({ capsule_id: c.id, trigger }, 'capsule destroyed');
       return response;
     } finally {
@@ -107,6 +124,10 @@ export class DestructionService {
 
   /** Marks a capsule whose runner state is gone `expired_unclean` with a signed partial proof. */
   async partial(c: Capsule, reason: string): Promise<void> {
+    // A partial proof has no step evidence: the proxy's key destruction is logged only.
+    const egressEvidence = await this.egress.stop(c.id).catch(() => null);
+    if (egressEvidence) this.d.log.warn({ capsule_id: c.id, egress_proxy: egressEvidence }, 'egress proxy stopped for a capsule lost on restart');
+    this.egress.forget(c.id);
     const existing = await this.d.store.getProofByCapsule(c.id);
     if (existing) {
       // The proof was stored before a crash cut the status update: finish it.

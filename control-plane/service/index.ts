@@ -4,6 +4,8 @@ import { CapsulefileService } from './capsulefiles.js';
 import { CapsuleService, LiveState } from './capsules.js';
 import type { Deps } from './deps.js';
 import { DestructionService } from './destruction.js';
+import { EgressProfileService } from './egress-profiles.js';
+import { EgressSessions } from './egress-sessions.js';
 import { ProofService } from './proofs.js';
 import { recover, RecoveryGate } from './recovery.js';
 import { Sweeper } from './sweeper.js';
@@ -28,21 +30,28 @@ export interface Services {
   proofs: ProofService;
   sweeper: Sweeper;
   recovery: RecoveryGate;
+  egressProfiles: EgressProfileService;
+  /** Running sealed egress layers (stopAll at shutdown). */
+  egress: EgressSessions;
 }
 
 export function buildServices(d: Deps, sweepIntervalMs: number): Services {
   const live = new LiveState();
-  const destruction = new DestructionService(d, live);
+  const egress = new EgressSessions(d);
+  const egressProfiles = new EgressProfileService(d);
+  const destruction = new DestructionService(d, live, egress);
   const recovery = new RecoveryGate(() => recover(d, destruction), d.log);
   const capsulefiles = new CapsulefileService(d);
   return {
     accounts: new AccountService(d),
-    capsules: new CapsuleService(d, live, recovery, capsulefiles),
+    capsules: new CapsuleService(d, live, recovery, capsulefiles, egressProfiles, egress),
     capsulefiles,
     destruction,
     proofs: new ProofService(d),
     sweeper: new Sweeper(d, destruction, sweepIntervalMs, recovery),
     recovery,
+    egressProfiles,
+    egress,
   };
 }
 export { emitLegacySessionProof } from './legacy-proof.js';

@@ -40,6 +40,7 @@ export interface CapsuleRow {
   created_at: string; expires_at: string; data_classification: string; jurisdiction: string;
   capsulefile_id: string | null; metadata: string; execution_count: number; bytes_processed: number;
   destroyed_at: string | null; billable: number; activity_seq: number; capsulefile_content_hash: string | null;
+  egress_profile_id: string | null;
 }
 export const CapsuleEntity = new EntitySchema<CapsuleRow>({
   name: 'CapsuleRow', tableName: 'capsules',
@@ -61,6 +62,7 @@ export const CapsuleEntity = new EntitySchema<CapsuleRow>({
     billable: { type: 'integer' },
     activity_seq: { type: 'integer' },
     capsulefile_content_hash: { type: 'string', nullable: true },
+    egress_profile_id: { type: 'string', nullable: true },
   },
 });
 
@@ -172,4 +174,30 @@ export const CapsulefileFileEntity = new EntitySchema<CapsulefileFileRow>({
   },
 });
 
-export const ENTITIES = [CapsulefileEntity, CapsulefileFileEntity, ContactEntity, AccountEntity, ApiKeyEntity, CapsuleEntity, ActivityEntity, ProofEntity, KeyEntity, IdempotencyEntity];
+export interface EgressProfileRow { id: string; customer_id: string; name: string; description: string; created_at: string }
+export const EgressProfileEntity = new EntitySchema<EgressProfileRow>({
+  name: 'EgressProfileRow', tableName: 'egress_profiles',
+  properties: {
+    id: { type: 'string', primary: true },
+    customer_id: { type: 'string' },
+    name: { type: 'string' },
+    description: { type: 'text' },
+    created_at: { type: 'string' },
+  },
+});
+
+export interface EgressRuleRow { id: string; profile_id: string; customer_id: string; kind: string; value: string; port: number; created_at: string }
+export const EgressRuleEntity = new EntitySchema<EgressRuleRow>({
+  name: 'EgressRuleRow', tableName: 'egress_rules',
+  properties: {
+    id: { type: 'string', primary: true },
+    profile_id: { type: 'string' },
+    customer_id: { type: 'string' },
+    kind: { type: 'string' },
+    value: { type: 'string' },
+    port: { type: 'integer' },
+    created_at: { type: 'string' },
+  },
+});
+
+export const ENTITIES = [EgressProfileEntity, EgressRuleEntity, CapsulefileEntity, CapsulefileFileEntity, ContactEntity, AccountEntity, ApiKeyEntity, CapsuleEntity, ActivityEntity, ProofEntity, KeyEntity, IdempotencyEntity];

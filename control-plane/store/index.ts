@@ -1,7 +1,8 @@
 // Public entry of the storage adapter.
-import type { Store } from '../domain/index.js';
+import type { EgressProfileStore, Store } from '../domain/index.js';
 import type { CapsulefileStore } from '../capsulefile/index.js';
 import { SqlCapsulefileStore } from './capsulefile-store.js';
+import { SqlEgressProfileStore } from './egress-store.js';
 import { openOrm, type DbConfig } from './orm.js';
 import { SqlStore } from './sql-store.js';
 
@@ -12,8 +13,8 @@ export async function openStore(db: DbConfig): Promise<Store> {
   return new SqlStore(await openOrm(db));
 }
 
-/** Both stores over one database connection (closing `store` closes both). */
-export async function openStores(db: DbConfig): Promise<{ store: Store; capsulefiles: CapsulefileStore }> {
+/** Every store over one database connection (closing `store` closes all). */
+export async function openStores(db: DbConfig): Promise<{ store: Store; capsulefiles: CapsulefileStore; egressProfiles: EgressProfileStore }> {
   const orm = await openOrm(db);
-  return { store: new SqlStore(orm), capsulefiles: new SqlCapsulefileStore(orm) };
+  return { store: new SqlStore(orm), capsulefiles: new SqlCapsulefileStore(orm), egressProfiles: new SqlEgressProfileStore(orm) };
 }

@@ -63,7 +63,30 @@ export class Migration0002Capsulefiles extends Migration {
   }
 }
 
+export class Migration0003EgressProfiles extends Migration {
+  override up(): void {
+    // Profile names are unique per account: the default profile of the flat /v1/egress endpoints is the one named "default".
+    this.addSql(`create table "egress_profiles" (
+      "id" varchar(64) primary key, "customer_id" varchar(64) not null references "accounts" ("customer_id"),
+      "name" varchar(128) not null, "description" text not null, "created_at" varchar(40) not null,
+      constraint "egress_profiles_customer_name_uq" unique ("customer_id", "name"))`);
+    this.addSql(`create index "egress_profiles_customer_idx" on "egress_profiles" ("customer_id", "created_at", "id")`);
+    // The same (kind, value, port) twice in one profile is a conflict, not a second rule.
+    this.addSql(`create table "egress_rules" (
+      "id" varchar(64) primary key, "profile_id" varchar(64) not null references "egress_profiles" ("id") on delete cascade,
+      "customer_id" varchar(64) not null, "kind" varchar(16) not null, "value" varchar(300) not null,
+      "port" integer not null, "created_at" varchar(40) not null,
+      constraint "egress_rules_profile_rule_uq" unique ("profile_id", "kind", "value", "port"))`);
+    this.addSql(`create index "egress_rules_customer_idx" on "egress_rules" ("customer_id", "created_at", "id")`);
+    this.addSql(`create index "egress_rules_profile_idx" on "egress_rules" ("profile_id", "created_at", "id")`);
+    // No foreign key: a destroyed capsule keeps naming a profile that may be deleted later.
+    this.addSql(`alter table "capsules" add column "egress_profile_id" varchar(64) null`);
+    this.addSql(`create index "capsules_egress_profile_idx" on "capsules" ("egress_profile_id", "status")`);
+  }
+}
+
 export const MIGRATIONS = [
   { name: 'Migration0001Initial', class: Migration0001Initial },
   { name: 'Migration0002Capsulefiles', class: Migration0002Capsulefiles },
+  { name: 'Migration0003EgressProfiles', class: Migration0003EgressProfiles },
 ];

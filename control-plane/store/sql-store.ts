@@ -31,7 +31,7 @@ function toCapsule(r: CapsuleRow): Capsule {
     ttl_seconds: num(r.ttl_seconds), created_at: r.created_at, expires_at: r.expires_at,
     data_classification: r.data_classification as Capsule['data_classification'],
     jurisdiction: r.jurisdiction as Capsule['jurisdiction'], capsulefile_id: r.capsulefile_id,
-    capsulefile_content_hash: r.capsulefile_content_hash ?? null,
+    capsulefile_content_hash: r.capsulefile_content_hash ?? null, egress_profile_id: r.egress_profile_id ?? null,
     metadata: JSON.parse(r.metadata) as Record<string, string>, execution_count: num(r.execution_count),
     bytes_processed: num(r.bytes_processed), destroyed_at: r.destroyed_at, billable: num(r.billable) === 1,
   };
@@ -149,6 +149,7 @@ export class SqlStore implements Store {
       jurisdiction: c.jurisdiction, capsulefile_id: c.capsulefile_id, metadata: JSON.stringify(c.metadata),
       execution_count: c.execution_count, bytes_processed: c.bytes_processed, destroyed_at: c.destroyed_at,
       billable: c.billable ? 1 : 0, activity_seq: 0, capsulefile_content_hash: c.capsulefile_content_hash,
+      egress_profile_id: c.egress_profile_id,
     };
     try {
       await this.em().transactional(async (em) => {

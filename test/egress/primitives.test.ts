@@ -1,35 +1,10 @@
-// Hash building blocks: SSE/blocks chunking, incremental Merkle root,
+// Hash building blocks: SSE/blocks chunking,
 // minimal JCS, MCP body classification.
 import { createHash } from 'node:crypto';
 import t from 'tap';
 import { canonicalize as jcs } from '../../shared/proof/index.js';
 import { inspectBody, toolAllowed } from '../../egress-proxy/mcp-policy.js';
-import { MerkleAccumulator, merkleRoot, nobleCrypto } from '../../shared/proof/index.js';
-import { nodeCrypto } from '../../shared/node/crypto-node.js';
 import { StreamChunker, type ChunkDone } from '../../egress-proxy/sse.js';
-
-const H = (...p: Uint8Array[]) => { const h = createHash('sha512'); for (const x of p) h.update(x); return h.digest(); };
-
-/** RFC 6962 MTH, recursive, SHA-512: reference implementation. */
-function mth(leaves: Buffer[]): Buffer {
-  if (leaves.length === 0) return H();
-  if (leaves.length === 1) return H(Buffer.of(0), leaves[0]!);
-  let k = 1;
-  while (k * 2 < leaves.length) k *= 2;
-  return H(Buffer.of(1), mth(leaves.slice(0, k)), mth(leaves.slice(k)));
-}
-
-t.test('incremental Merkle root equals the recursive RFC 6962 definition for n = 0..33', async (t) => {
-  for (let n = 0; n <= 33; n++) {
-    const leaves = Array.from({ length: n }, (_, i) => H(Buffer.from(String(i))));
-    for (const provider of [nodeCrypto, nobleCrypto]) {
-      const acc = new MerkleAccumulator(provider);
-      for (const l of leaves) acc.push(l);
-      t.equal(Buffer.from(acc.root()).toString('hex'), mth(leaves).toString('hex'), `n=${n}`);
-    }
-    t.equal(Buffer.from(merkleRoot(leaves)).toString('hex'), mth(leaves).toString('hex'), `whole-list n=${n}`);
-  }
-});
 
 function chunk(sse: boolean, max: number, parts: string[]): { chunks: ChunkDone[]; total: number } {
   const chunks: ChunkDone[] = [];
@@ -38,7 +13,7 @@ function chunk(sse: boolean, max: number, parts: string[]): { chunks: ChunkDone[
   c.end();
   return { chunks, total: chunks.reduce((a, x) => a + x.bytes, 0) };
 }
-const hex = (s: string) => H(Buffer.from(s)).toString('hex');
+const hex = (s: string) => createHash('sha512').update(s).digest('hex');
 
 t.test('SSE chunking: one chunk per event, independent of how TCP split the bytes', async (t) => {
   const stream = 'data: a\n\nevent: x\r\ndata: b\r\n\r\ndata: c\r\rid: 4\ndata: d\n\ntrailing';

@@ -87,7 +87,8 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
     `--cgroup_name=capsule-test-${createHash('sha256').update(stateDir).digest('hex').slice(0, 16)}`,
     ...Object.entries(opts.options ?? {}).map(([k, v]) => `--${k}=${v}`),
   ];
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin' } });
+  // fd 3: an inherited descriptor the runner must never pass on into a capsule (checked by the escape battery).
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin' } });
   let err = '';
   child.stderr!.on('data', (b: Buffer) => {
     err += b.toString();

@@ -1,6 +1,6 @@
 // RFC 6962 tree shape over raw chunks, against a direct recursive reading of the RFC.
 import t from 'tap';
-import { merkleRoot, nobleCrypto, toHex } from '../../shared/proof/index.js';
+import { MerkleAccumulator, merkleLeafHash, merkleRoot, nobleCrypto, toHex } from '../../shared/proof/index.js';
 import { nodeCrypto } from '../../shared/node/crypto-node.js';
 
 function H(parts: Uint8Array[]): Uint8Array {
@@ -26,6 +26,14 @@ t.test('merkleRoot equals the RFC definition for 0..40 leaves, both providers', 
     const want = toHex(mth(leaves));
     t.equal(toHex(merkleRoot(leaves)), want, `${n} leaves noble`);
     t.equal(toHex(merkleRoot(leaves, nodeCrypto)), want, `${n} leaves node`);
+    for (const provider of [nobleCrypto, nodeCrypto]) {
+      const byData = new MerkleAccumulator(provider);
+      const byLeafHash = new MerkleAccumulator(provider);
+      for (const l of leaves) { byData.push(l); byLeafHash.pushLeafHash(merkleLeafHash(l, provider)); }
+      t.equal(toHex(byData.root()), want, `${n} leaves, incremental`);
+      t.equal(toHex(byLeafHash.root()), want, `${n} leaves, incremental from leaf hashes`);
+      t.equal(byData.count, n);
+    }
   }
 });
 

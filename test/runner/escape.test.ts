@@ -44,6 +44,13 @@ t.test('escape battery', async (t) => {
     t.match(res.stdout, /No such file/);
   });
 
+  await t.test('no descriptor of the runner leaks into the capsule', async (t) => {
+    // ls itself holds one fd open on /proc/<pid>/fd while listing; anything else above 2 is a leak.
+    const res = await run("ls -l /proc/self/fd | tail -n +2 | sed 's/.* \\([0-9]*\\) -> /\\1 /'");
+    const extra = res.stdout.trim().split('\n').filter((l) => Number(l.split(' ')[0]) > 2 && !/^\d+ \/proc\/\d+\/fd$/.test(l));
+    t.same(extra, [], `only stdio: ${res.stdout}`);
+  });
+
   await t.test('write the base image', async (t) => {
     const res = await run('for f in /usr/bin/capsule-x /etc/passwd /bin/sh /x; do (echo hi > $f) 2>/dev/null && echo "ESCAPED $f"; done; touch /usr/lib/y 2>/dev/null && echo ESCAPED; true');
     noEscape(t, res, 'write base image');

@@ -40,6 +40,13 @@ t.test('capsule lifecycle over the socket', async (t) => {
   t.match(first.executed_at, /\.\d{6}Z$/);
   t.ok(first.duration_ms > 0);
 
+  // Values reach the sandbox verbatim through the argfile quoting (no shell expansion on the host side).
+  const tricky = `it's "q" $(id) \`id\` ;\nnext line \\ end`;
+  const quoted = await c.exec({ capsule_id: 'life-1', command: 'printf %s "$TRICKY"', env: { TRICKY: tricky }, timeout_ms: 10000 });
+  t.equal(quoted.stdout, tricky);
+  const cmdq = await c.exec({ capsule_id: 'life-1', command: "echo 'single' \"double\" $((1+1))", timeout_ms: 10000 });
+  t.equal(cmdq.stdout, 'single double 2\n');
+
   const second = await c.exec({ capsule_id: 'life-1', command: 'cat /tmp/keep; exit 7', timeout_ms: 10000 });
   t.equal(second.stdout, 'kept\n', 'files persist across execs');
   t.equal(second.exit_code, 7);
@@ -103,7 +110,9 @@ t.test('destroy of a capsule that never ran still observes its sandbox', async (
   t.teardown(() => r.stop());
   await r.client.create({ capsule_id: 'idle', memory_mb: 64 });
   const d = await r.client.destroy('idle');
-  t.equal((d.evidence[0] as { all_required_distinct: boolean }).all_required_distinct, true);
+  const ns = d.evidence[0] as { all_required_distinct: boolean; observations: { observed_during: string }[] };
+  t.equal(ns.all_required_distinct, true);
+  t.equal(ns.observations[0]?.observed_during, 'destroy_probe', 'says how it was observed');
 });
 
 t.test('errors surface as RunnerError', async (t) => {

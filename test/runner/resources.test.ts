@@ -31,7 +31,7 @@ function liveNow(uid: number): number[] {
 }
 
 t.test('resource attacks and exec semantics', async (t) => {
-  const r = await startRunner({ options: { tmpfs_mb: '16', max_output_bytes: '4096', kill_grace_ms: '300', pids_max: '64' } });
+  const r = await startRunner({ options: { tmpfs_mb: '16', tmpfs_inodes: '512', max_output_bytes: '4096', kill_grace_ms: '300', pids_max: '64' } });
   t.teardown(() => r.stop());
   const c = r.client;
   const cap = await c.create({ capsule_id: 'res', memory_mb: 256 });
@@ -83,6 +83,10 @@ except OSError as e:
     const list = await c.exec({ capsule_id: 'res', command: 'ls /data/input; rm /tmp/fill; echo done', timeout_ms: 5000 });
     t.notMatch(list.stdout, /more\.bin/, 'no half-written upload left');
     t.match(list.stdout, /done/);
+    const files = await c.exec({ capsule_id: 'res', command: 'mkdir /tmp/many; i=0; while [ $i -lt 2000 ]; do echo > /tmp/many/$i || break; i=$((i+1)); done; echo made=$i; rm -rf /tmp/many', timeout_ms: 20000 });
+    const made = Number(/made=(\d+)/.exec(files.stdout)?.[1]);
+    t.ok(made > 0 && made < 512, `inode bound stops file creation (${made})`);
+    t.match(files.stderr, /No space left on device/);
   });
 
   await t.test('CPU spin past the timeout: SIGTERM, then SIGKILL after the grace', async (t) => {
