@@ -9,7 +9,7 @@ import { z } from 'zod';
 import type { PaidTierTable } from './domain/index.js';
 
 export type DatabaseConfig =
-  | { driver: 'sqlite'; file: string }
+  | { driver: 'sqlite'; file: string; synchronous: 'full' | 'normal' }
   | { driver: 'postgresql'; url: string };
 
 export interface Config {
@@ -77,11 +77,13 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   if (!Number.isInteger(portRaw) || portRaw < 0 || portRaw > 65535) throw new ConfigError(`PORT: not a port number: ${String(env.PORT)}`);
   const dataDir = resolve(over.dataDir ?? env.CAPSULE_DATA_DIR ?? './data');
   const url = over.databaseUrl ?? secret(env, 'DATABASE_URL');
+  const sync = (env.CAPSULE_SQLITE_SYNCHRONOUS ?? 'normal').toLowerCase();
+  if (sync !== 'full' && sync !== 'normal') throw new ConfigError('CAPSULE_SQLITE_SYNCHRONOUS: full or normal');
   let database: DatabaseConfig;
   if (url && /^postgres(ql)?:\/\//.test(url)) database = { driver: 'postgresql', url };
-  else if (url && url.startsWith('file:')) database = { driver: 'sqlite', file: resolve(url.slice(5)) };
+  else if (url && url.startsWith('file:')) database = { driver: 'sqlite', file: resolve(url.slice(5)), synchronous: sync };
   else if (url) throw new ConfigError('DATABASE_URL: expected postgres://... or file:<path>');
-  else database = { driver: 'sqlite', file: resolve(dataDir, 'capsule.db') };
+  else database = { driver: 'sqlite', file: resolve(dataDir, 'capsule.db'), synchronous: sync };
 
   const tiersFile = env.CAPSULE_TIERS_FILE ?? policy('tiers.yaml');
   let paid: PaidTierTable;

@@ -45,6 +45,13 @@ export interface ContactMessage {
   id: string; email: string; name: string | null; company: string | null; message: string; source: string | null; created_at: string;
 }
 
+export interface ActivitySide {
+  executions?: number;
+  bytes?: number;
+  /** Status compare-and-set applied with the event (no-op when the status is not in `from`). */
+  move?: { from: readonly CapsuleStatus[]; to: CapsuleStatus };
+}
+
 export interface CapsulePage { items: Capsule[]; next_cursor: string | null }
 
 export interface Store {
@@ -70,7 +77,8 @@ export interface Store {
   unreserveCapsule(customerId: string): Promise<void>;
 
   // Capsules
-  insertCapsule(c: Capsule): Promise<void>;
+  /** Inserts the capsule and its first activity event in one transaction. */
+  insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<void>;
   getCapsule(id: string): Promise<Capsule | null>;
   listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage>;
   /** Compare-and-set on status; true when the row moved. */
@@ -80,7 +88,11 @@ export interface Store {
   expiredLiveCapsules(nowIso: string): Promise<Capsule[]>;
 
   // Activity trail
-  appendActivity(capsuleId: string, type: string, at: string, fields: Record<string, unknown>): Promise<ActivityEvent>;
+  /**
+   * Appends the next event (seq from 1) and, in the same transaction, the
+   * side effects that belong to it: usage counters and a status move.
+   */
+  appendActivity(capsuleId: string, type: string, at: string, fields: Record<string, unknown>, side?: ActivitySide): Promise<ActivityEvent>;
   activity(capsuleId: string): Promise<ActivityEvent[]>;
 
   // Proofs and keys

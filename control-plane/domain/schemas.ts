@@ -13,6 +13,10 @@ export const METADATA_KEY_MAX_CHARS = 64;
 export const METADATA_VALUE_MAX_CHARS = 256;
 export const RESERVED_METADATA_PREFIX = 'svc:';
 
+/** One plain file name under the capsule's writable tmpfs mounts; no control characters. */
+// eslint-disable-next-line no-control-regex
+const INPUT_PATH_RE = /^\/(data\/input|data\/output|tmp)\/[^/\u0000-\u001f\u007f]+$/;
+
 const utf8Bytes = (s: string): number => Buffer.byteLength(s, 'utf8');
 const chars = (s: string): number => [...s].length;
 
@@ -56,7 +60,8 @@ export const createCapsuleSchema = z.strictObject({
   data_classification: z.enum(DATA_CLASSIFICATIONS).optional(),
   capsulefile_id: z.string().min(1).max(128).optional(),
   egress_profile_id: z.string().min(1).max(128).optional(),
-  metadata: z.record(z.string(), z.unknown()).optional(),
+  // Passed through unchanged (z.record would rebuild it and drop a "__proto__" key); checked by validateMetadata.
+  metadata: z.custom<Record<string, unknown>>((v) => v !== null && typeof v === 'object' && !Array.isArray(v), 'must be an object of string values').optional(),
 });
 export type CreateCapsuleBody = z.infer<typeof createCapsuleSchema>;
 
@@ -69,7 +74,9 @@ export const execSchema = z.strictObject({
   /** Optional for a capsule pinned to a Capsulefile: its entrypoint runs. */
   command: z.string().min(1).optional(),
   input_data: z.string().optional(),
-  input_filename: z.string().min(1).max(4096).optional(),
+  // Checked here too (the runner is the authority) so a refused exec leaves no ExecutionStarted behind.
+  input_filename: z.string().regex(INPUT_PATH_RE, 'must be /data/input/<name>, /data/output/<name> or /tmp/<name>').refine(
+    (p) => !/\/\.{1,2}$/.test(p) && Buffer.byteLength(p.slice(p.lastIndexOf('/') + 1)) <= 255, 'must name a plain file').optional(),
   timeout: int(1, 365 * 24 * 3600).optional(),
 });
 export type ExecBody = z.infer<typeof execSchema>;
@@ -97,7 +104,7 @@ export function validateMetadata(raw: Record<string, unknown> | undefined): Reco
   if (raw === undefined) return {};
   const keys = Object.keys(raw);
   if (keys.length > METADATA_MAX_KEYS) throw invalid('metadata', `at most ${METADATA_MAX_KEYS} keys`);
-  const out: Record<string, string> = {};
+  const entries: [string, string][] = [];
   for (const k of keys) {
     const v = raw[k];
     if (k.length === 0) throw invalid('metadata', 'keys must not be empty');
@@ -105,8 +112,10 @@ export function validateMetadata(raw: Record<string, unknown> | undefined): Reco
     if (k.toLowerCase().startsWith(RESERVED_METADATA_PREFIX)) throw invalid(`metadata.${k}`, `the "${RESERVED_METADATA_PREFIX}" key prefix is reserved`);
     if (typeof v !== 'string') throw invalid(`metadata.${k}`, 'value must be a string');
     if (chars(v) > METADATA_VALUE_MAX_CHARS) throw invalid(`metadata.${k}`, `value longer than ${METADATA_VALUE_MAX_CHARS} characters`);
-    out[k] = v;
+    entries.push([k, v]);
   }
+  // fromEntries defines own properties: a key such as "__proto__" stays plain data.
+  const out: Record<string, string> = Object.fromEntries(entries);
   if (utf8Bytes(JSON.stringify(out)) > METADATA_MAX_BYTES) throw invalid('metadata', `exceeds ${METADATA_MAX_BYTES} bytes in total`);
   return out;
 }

@@ -144,12 +144,14 @@ export class CapsuleService {
       throw fromRunner(e, 'capsule');
     }
     try {
-      await this.d.store.insertCapsule(capsule);
-      await this.d.store.appendActivity(id, 'CapsuleStarted', capsule.created_at, {
-        data_classification: capsule.data_classification, jurisdiction: capsule.jurisdiction, region: this.d.region,
-        ...(capsule.capsulefile_id !== null ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash } : {}),
-        // The allowlist in force, bound into the trail: profile id and a hash of its rules as snapshotted now.
-        ...(egressRules !== null ? { egress_profile_id: egressProfileId, egress_rules_hash: rulesHash(egressRules) } : {}),
+      await this.d.store.insertCapsule(capsule, {
+        type: 'CapsuleStarted', at: capsule.created_at,
+        fields: {
+          data_classification: capsule.data_classification, jurisdiction: capsule.jurisdiction, region: this.d.region,
+          ...(capsule.capsulefile_id !== null ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash } : {}),
+          // The allowlist in force, bound into the trail: profile id and a hash of its rules as snapshotted now.
+          ...(egressRules !== null ? { egress_profile_id: egressProfileId, egress_rules_hash: rulesHash(egressRules) } : {}),
+        },
       });
     } catch (e) {
       // Nothing half-written: the runner's capsule goes, the slot comes back.
@@ -180,13 +182,14 @@ export class CapsuleService {
     const remainingS = Math.max(1, Math.ceil((Date.parse(c.expires_at) - this.d.clock.nowMs()) / 1000));
     const timeoutS = Math.min(req.timeout ?? c.ttl_seconds, remainingS);
     const inputBytes = req.input_data === undefined ? 0 : Buffer.byteLength(req.input_data, 'utf8');
-    if (this.live.begin(c.id) === 1) await this.d.store.transition(c.id, ['active'], 'executing');
+    const first = this.live.begin(c.id) === 1;
     let result: ExecResult;
+    let settled = false;
     try {
       // The trail binds what ran without carrying the command text or input bytes.
       await this.d.store.appendActivity(c.id, 'ExecutionStarted', this.d.clock.nowIso(), {
         command_hash: sha512Prefixed(req.command), input_size_bytes: inputBytes, timeout_seconds: timeoutS,
-      });
+      }, first ? { move: { from: ['active'], to: 'executing' } } : {});
       const execReq = {
         capsule_id: c.id, command: req.command, timeout_ms: timeoutS * 1000,
         ...(req.input_data !== undefined ? { input_b64: Buffer.from(req.input_data, 'utf8').toString('base64') } : {}),
@@ -195,18 +198,21 @@ export class CapsuleService {
       try { result = await this.d.runner.exec(execReq); } catch (e) { throw fromRunner(e, 'capsule'); }
       // Egress events of this exec land in the trail before its completion event.
       await this.egress.flush(c.id);
+      const last = this.live.end(c.id) === 0;
+      settled = true;
+      const side = { executions: 1, bytes: inputBytes, ...(last ? { move: { from: ['executing'] as const, to: 'active' as const } } : {}) };
       if (!this.live.destroying.has(c.id)) {
-        const at = this.d.clock.nowIso();
         const fields = {
           exit_code: result.exit_code, duration_ms: result.duration_ms, timed_out: result.timed_out,
           stdout_hash: sha512Prefixed(result.stdout), stderr_hash: sha512Prefixed(result.stderr),
         };
-        if (result.oom_killed) await this.d.store.appendActivity(c.id, 'ExecutionOomKilled', at, fields);
-        else await this.d.store.appendActivity(c.id, 'ExecutionCompleted', at, fields);
+        await this.d.store.appendActivity(c.id, result.oom_killed ? 'ExecutionOomKilled' : 'ExecutionCompleted', this.d.clock.nowIso(), fields, side);
+      } else {
+        // Destruction has begun: its DestructionInitiated stays the last event.
+        await this.d.store.addUsage(c.id, 1, inputBytes);
       }
-      await this.d.store.addUsage(c.id, 1, inputBytes);
     } finally {
-      if (this.live.end(c.id) === 0) await this.d.store.transition(c.id, ['executing'], 'active').catch(() => undefined);
+      if (!settled && this.live.end(c.id) === 0) await this.d.store.transition(c.id, ['executing'], 'active').catch(() => undefined);
     }
     return result;
   }
@@ -217,8 +223,7 @@ export class CapsuleService {
     try { entry = await this.d.runner.upload(c.id, filename, bytes); } catch (e) { throw fromRunner(e, 'filename'); }
     await this.d.store.appendActivity(c.id, 'FileUploaded', this.d.clock.nowIso(), {
       sha512: entry.sha512, size_bytes: entry.size_bytes, direction: 'inbound',
-    });
-    await this.d.store.addUsage(c.id, 0, entry.size_bytes);
+    }, { bytes: entry.size_bytes });
     return entry;
   }
 
@@ -233,8 +238,7 @@ export class CapsuleService {
     try { out = await this.d.runner.readOutput(c.id, filename); } catch (e) { throw fromRunner(e, 'output file'); }
     await this.d.store.appendActivity(c.id, 'FileDownloaded', this.d.clock.nowIso(), {
       sha512: out.entry.sha512, size_bytes: out.entry.size_bytes, direction: 'outbound',
-    });
-    await this.d.store.addUsage(c.id, 0, out.entry.size_bytes);
+    }, { bytes: out.entry.size_bytes });
     return out;
   }
 }

@@ -142,7 +142,8 @@ export class DestructionService {
     try {
       record = emitPartialRecord({
         capsule_id: c.id, created_at: c.created_at, reason, activity, capsule_context: capsuleContext(c),
-        termination: { trigger: 'system_restart', command_was_running: false },
+        // A capsule left `executing` had a command in flight when its state was lost.
+        termination: { trigger: 'system_restart', command_was_running: c.status === 'executing', ...(c.status === 'executing' ? { command_completed: false } : {}) },
         internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
       }, { mode: 'ephemeral', key });
     } finally { zeroize(key); }

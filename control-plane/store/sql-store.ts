@@ -6,7 +6,7 @@ import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ApiError } from '../../shared/errors.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 import type {
-  Account, Capsule, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
+  ActivitySide, Account, Capsule, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
   NewAccount, ReserveOutcome, Store, StoredProof, Tier,
 } from '../domain/index.js';
 import {
@@ -83,11 +83,12 @@ export class SqlStore implements Store {
   }
 
   async findCallerByKeyHash(hash: string): Promise<{ account: Account; key_mode: 'live' | 'test' } | null> {
-    const em = this.em();
-    const key = await em.findOne(ApiKeyEntity, { key_hash: hash, revoked: 0 });
-    if (!key) return null;
-    const acc = await em.findOne(AccountEntity, { customer_id: key.customer_id });
-    return acc ? { account: toAccount(acc), key_mode: key.mode === 'test' ? 'test' : 'live' } : null;
+    // One round trip per authenticated request.
+    const rows = await this.em().getConnection().execute<(AccountRow & { mode: string })[]>(
+      `select a.*, k."mode" from "api_keys" k join "accounts" a on a."customer_id" = k."customer_id"
+       where k."key_hash" = ? and k."revoked" = 0`, [hash], 'all');
+    const r = rows[0];
+    return r ? { account: toAccount(r), key_mode: r.mode === 'test' ? 'test' : 'live' } : null;
   }
 
   async getAccount(customerId: string): Promise<Account | null> {
@@ -141,7 +142,7 @@ export class SqlStore implements Store {
   }
 
   // ---- capsules
-  async insertCapsule(c: Capsule): Promise<void> {
+  async insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<void> {
     const row: CapsuleRow = {
       id: c.id, customer_id: c.customer_id, status: c.status, api_form: c.api_form, ttl_seconds: c.ttl_seconds,
       created_at: c.created_at, expires_at: c.expires_at, data_classification: c.data_classification,
@@ -150,7 +151,12 @@ export class SqlStore implements Store {
       billable: c.billable ? 1 : 0, activity_seq: 0, capsulefile_content_hash: c.capsulefile_content_hash,
       egress_profile_id: c.egress_profile_id,
     };
-    try { await this.em().insert(CapsuleEntity, row); } catch (e) { conflict(e, 'id: capsule id already exists'); }
+    try {
+      await this.em().transactional(async (em) => {
+        await em.insert(CapsuleEntity, { ...row, activity_seq: 1 });
+        await em.insert(ActivityEntity, { capsule_id: c.id, seq: 1, type: first.type, at: first.at, fields: JSON.stringify(first.fields) });
+      });
+    } catch (e) { conflict(e, 'id: capsule id already exists'); }
   }
 
   async getCapsule(id: string): Promise<Capsule | null> {
@@ -194,14 +200,17 @@ export class SqlStore implements Store {
   }
 
   // ---- activity
-  async appendActivity(capsuleId: string, type: string, at: string, fields: Record<string, unknown>): Promise<ActivityEvent> {
+  async appendActivity(capsuleId: string, type: string, at: string, fields: Record<string, unknown>, side: ActivitySide = {}): Promise<ActivityEvent> {
     // The seq counter row is locked by the UPDATE until commit: exact order under concurrency.
     return this.em().transactional(async (em) => {
-      const n = await this.run('update "capsules" set "activity_seq" = "activity_seq" + 1 where "id" = ?', [capsuleId], em);
-      if (n !== 1) throw new ApiError('resource_not_found', 'capsule not found');
-      const row = await em.findOne(CapsuleEntity, { id: capsuleId }, { fields: ['activity_seq'], refresh: true });
-      const seq = num(row?.activity_seq);
+      // UPDATE ... RETURNING (SQLite 3.35+, PostgreSQL): one statement moves and reads the counter.
+      const rows = await em.getConnection().execute<{ activity_seq: number }[]>(
+        'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "activity_seq"',
+        [side.executions ?? 0, side.bytes ?? 0, capsuleId], 'all', em.getTransactionContext());
+      if (rows.length !== 1) throw new ApiError('resource_not_found', 'capsule not found');
+      const seq = num(rows[0]?.activity_seq);
       await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
+      if (side.move) await em.nativeUpdate(CapsuleEntity, { id: capsuleId, status: { $in: [...side.move.from] } }, { status: side.move.to });
       return { seq, type, at, ...fields };
     });
   }

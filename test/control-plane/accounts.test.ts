@@ -182,3 +182,43 @@ for (const driver of DRIVERS) {
     t.notMatch(bad.stderr + none.stderr + usage.stderr, /\n\s+at /, 'no stack traces');
   });
 }
+
+t.test('capsule serve: bad options exit 2; a separate runner socket that is down gives ready 503', async (t) => {
+  const { spawn, spawnSync } = await import('node:child_process');
+  const { mkdtempSync } = await import('node:fs');
+  const { fileURLToPath } = await import('node:url');
+  const cli = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
+  for (const args of [['--bogus'], ['--port', 'abc'], ['--data-dir']]) {
+    const r = spawnSync(process.execPath, [cli, 'serve', ...args], { encoding: 'utf8' });
+    t.equal(r.status, 2, `serve ${args.join(' ')}`);
+    t.match(r.stderr, /capsule serve: /);
+    t.notMatch(r.stderr, /\n\s+at /);
+  }
+  const help = spawnSync(process.execPath, [cli, 'serve', '--help'], { encoding: 'utf8' });
+  t.equal(help.status, 0);
+  t.match(help.stdout, /--runner-socket/);
+  const bad = spawnSync(process.execPath, [cli, 'serve', '--port', '0'], { encoding: 'utf8', env: { ...process.env, DATABASE_URL: 'mysql://x' } });
+  t.equal(bad.status, 2);
+  t.match(bad.stderr, /DATABASE_URL/);
+
+  const dataDir = mkdtempSync(join(tmpdir(), 'cp-serve-sock-'));
+  const { rmSync } = await import('node:fs');
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  const child = spawn(process.execPath, [cli, 'serve', '--port', '0', '--data-dir', dataDir, '--runner-socket', join(dataDir, 'absent.sock')], {
+    stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'silent' },
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    child.once('exit', (c) => reject(new Error(`exited ${c}`)));
+    child.stdout!.on('data', (b: Buffer) => { out += b.toString(); const m = /listening on (\S+)/.exec(out); if (m?.[1]) resolve(m[1]); });
+  });
+  const { Api } = await import('./harness.js');
+  const api = new Api(url);
+  t.equal((await api.req('GET', '/v1/health')).status, 200);
+  envelope(t, await api.req('GET', '/v1/health/ready'), 503, 'service_unavailable');
+  const { key } = await api.signup();
+  envelope(t, await api.req('POST', '/v1/capsules', { key, json: {} }), 503, 'service_unavailable');
+  const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+  child.kill('SIGTERM');
+  t.equal(await exited, 0, 'SIGTERM stops it cleanly');
+});

@@ -9,7 +9,7 @@ import pg from 'pg';
 import type tap from 'tap';
 import { pino } from 'pino';
 import { loadConfig, type Config } from '../../control-plane/config.js';
-import { startControlPlane, type ControlPlane } from '../../control-plane/server.js';
+import { startControlPlane, type ControlPlane, type StartOptions } from '../../control-plane/server.js';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
 
 /** A tap subtest. */
@@ -41,6 +41,7 @@ export async function freshDb(driver: Driver): Promise<FreshDb> {
   };
 }
 
+/** A config on `dbUrl` with its own temp data dir (remove `config.dataDir` when done). */
 export function testConfig(dbUrl: string, env: Record<string, string> = {}): Config {
   const dataDir = mkdtempSync(join(tmpdir(), 'cp-data-'));
   return loadConfig({ CAPSULE_DATA_DIR: dataDir, LOG_LEVEL: 'silent', ...env }, { port: 0, databaseUrl: dbUrl, runnerSocket: null });
@@ -48,12 +49,17 @@ export function testConfig(dbUrl: string, env: Record<string, string> = {}): Con
 
 export interface Started { cp: ControlPlane; api: Api; db: FreshDb; close(): Promise<void> }
 
-export async function start(driver: Driver, runner: RunnerPort, env: Record<string, string> = {}, db?: FreshDb): Promise<Started> {
+export async function start(driver: Driver, runner: RunnerPort, env: Record<string, string> = {}, db?: FreshDb, opts: StartOptions = {}): Promise<Started> {
   const database = db ?? await freshDb(driver);
-  const cp = await startControlPlane(testConfig(database.url, env), runner, { logger: pino({ level: 'silent' }) });
+  const config = testConfig(database.url, env);
+  const cp = await startControlPlane(config, runner, { logger: pino({ level: 'silent' }), ...opts });
   return {
     cp, db: database, api: new Api(cp.url),
-    close: async () => { await cp.close(); if (!db) await database.drop(); },
+    close: async () => {
+      await cp.close();
+      if (!db) await database.drop();
+      rmSync(config.dataDir, { recursive: true, force: true });
+    },
   };
 }
 

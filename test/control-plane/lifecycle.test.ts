@@ -3,7 +3,7 @@
 import t from 'tap';
 import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,10 +14,15 @@ import { DRIVERS, envelope, start, type Api } from './harness.js';
 const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
 /** `capsule verify FILE`: the offline CLI's exit code and output. */
 function cliVerify(doc: unknown): { status: number | null; out: string } {
-  const file = join(mkdtempSync(join(tmpdir(), 'cp-verify-')), 'proof.json');
-  writeFileSync(file, JSON.stringify(doc));
-  const r = spawnSync(process.execPath, [CLI, 'verify', file], { encoding: 'utf8' });
-  return { status: r.status, out: r.stdout + r.stderr };
+  const dir = mkdtempSync(join(tmpdir(), 'cp-verify-'));
+  try {
+    const file = join(dir, 'proof.json');
+    writeFileSync(file, JSON.stringify(doc));
+    const r = spawnSync(process.execPath, [CLI, 'verify', file], { encoding: 'utf8' });
+    return { status: r.status, out: r.stdout + r.stderr };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 const sha512 = (b: Uint8Array | string): string => `sha512:${createHash('sha512').update(b).digest('hex')}`;
@@ -39,8 +44,11 @@ for (const driver of DRIVERS) {
     const bob = await api.signup(undefined, 'US');
 
     await t.test('create -> upload -> exec -> output -> destroy -> proofs', async (t) => {
-      const meta = { 'patient-ref': 'Zoë ✓ 日本語', 'ключ': 'значение' };
-      const c = await create(api, alice.key, { ttl: 120, data_classification: 'PHI', metadata: meta });
+      const meta = { 'patient-ref': 'Zoë ✓ 日本語', 'ключ': 'значение', '🔑': '\u0000 nul and \u202e bidi', ['__proto__']: 'plain data' };
+      const raw = JSON.stringify({ ttl: 120, data_classification: 'PHI', metadata: meta });
+      const cr = await api.req('POST', '/v1/capsules', { key: alice.key, raw, headers: { 'content-type': 'application/json' } });
+      t.equal(cr.status, 201, cr.text);
+      const c = cr.body;
       t.match(c.id, /^cap_[0-9a-f]{24}$/);
       t.equal(c.status, 'active');
       t.equal(c.ttl_seconds, 120);
@@ -49,7 +57,8 @@ for (const driver of DRIVERS) {
       t.equal(Date.parse(c.expires_at) - Date.parse(c.created_at), 120_000);
       const st = await api.req('GET', `/v1/capsules/${c.id}`, { key: alice.key });
       t.equal(st.status, 200);
-      t.same(st.body.metadata, meta, 'unicode metadata round-trips');
+      t.same(JSON.parse(st.text).metadata, JSON.parse(JSON.stringify(meta)), 'unicode metadata round-trips');
+      t.ok(Object.prototype.hasOwnProperty.call(JSON.parse(st.text).metadata, '__proto__'), '__proto__ is kept as a plain key');
       t.equal(st.body.execution_count, 0);
 
       // Another customer's ids are 404 everywhere, and nothing moves.
@@ -195,6 +204,11 @@ for (const driver of DRIVERS) {
       t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: {} }), 400, 'invalid_parameters').message, /^command: is required/);
       t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'true', timeout: 'abc' } }), 400, 'invalid_parameters').message, /^timeout/);
       t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'true', sudo: true } }), 400, 'invalid_parameters').message, /^sudo: unknown field/);
+      for (const bad of ['/etc/passwd', '/data/input/../x', '/data/input/', '/tmp/a/b', '/data/input/..', 'relative'])
+        t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'true', input_data: 'x', input_filename: bad } }), 400, 'invalid_parameters').message, /^input_filename/, bad);
+      const okPath = await api.req('POST', url, { key: alice.key, json: { command: 'cat /tmp/in.txt', input_data: 'via tmp', input_filename: '/tmp/in.txt' } });
+      t.equal(okPath.body.stdout, 'via tmp');
+      t.equal((await api.req('GET', `/v1/capsules/${c.id}`, { key: alice.key })).body.execution_count, 1, 'refused execs did not count');
       t.match(envelope(t, await api.req('POST', url, { key: alice.key, raw: '{"command":', headers: { 'content-type': 'application/json' } }), 400, 'invalid_parameters').message, /^body: malformed JSON/);
       envelope(t, await api.req('POST', url, { key: alice.key, raw: 'x'.repeat(700 * 1024), headers: { 'content-type': 'application/json' } }), 413, 'payload_too_large');
       const meta = async (m: unknown) => envelope(t, await api.req('POST', '/v1/capsules', { key: alice.key, json: { metadata: m } }), 400, 'invalid_parameters').message as string;
@@ -338,6 +352,56 @@ for (const driver of DRIVERS) {
     t.same(await runner.client.list(), []);
   });
 
+  t.test(`${driver}: Free monthly quota: 100 capsules and 100 proofs, then 402; the cycle rolls over`, async (t) => {
+    const runner = await startRunner();
+    t.teardown(() => runner.stop());
+    // An injected clock at the end of a month, moved by hand below.
+    let now = Date.parse('2026-11-30T23:00:00.000Z');
+    const clock = { nowMs: () => now, nowIso: () => new Date(now).toISOString().replace(/Z$/, '000Z') };
+    const s = await start(driver, runner.client, { CAPSULE_RATE_LIMITS: 'off' }, undefined, { clock });
+    t.teardown(s.close);
+    const { api } = s;
+    const u = await api.signup();
+    let made = 0;
+    await Promise.all([0, 1, 2].map(async (w) => {
+      for (let i = w; i < 100; i += 3) {
+        const c = await create(api, u.key);
+        made++;
+        const d = await api.req('DELETE', `/v1/capsules/${c.id}`, { key: u.key });
+        if (d.status !== 200) throw new Error(`destroy ${d.status} ${d.text}`);
+      }
+    }));
+    t.equal(made, 100);
+    const me = await api.req('GET', '/v1/customers/me', { key: u.key });
+    t.equal(me.body.usage.capsules_used_this_month, 100);
+    t.equal(me.body.usage.cdps_this_cycle, 100);
+    t.equal(me.body.usage.billing_cycle_start, '2026-11-01T00:00:00.000000Z');
+    const over = await api.req('POST', '/v1/capsules', { key: u.key, json: {} });
+    t.match(envelope(t, over, 402, 'quota_exceeded').message, /this month \(100\)/);
+    t.equal((await api.req('POST', '/v1/sessions', { key: u.key, json: {} })).status, 402, 'the session variant shares the quota');
+    now = Date.parse('2026-12-01T00:00:01.000Z');
+    const me2 = await api.req('GET', '/v1/customers/me', { key: u.key });
+    t.equal(me2.body.usage.capsules_used_this_month, 0, 'new cycle');
+    t.equal(me2.body.usage.cdps_this_cycle, 0);
+    t.equal(me2.body.usage.billing_cycle_start, '2026-12-01T00:00:00.000000Z');
+    const c = await create(api, u.key);
+    t.equal((await api.req('DELETE', `/v1/capsules/${c.id}`, { key: u.key })).status, 200);
+    t.equal((await api.req('GET', '/v1/customers/me', { key: u.key })).body.usage.capsules_used_this_month, 1);
+    // Idempotency-Key replays for 24 hours, then the key is forgotten.
+    const h = { 'idempotency-key': 'window-test' };
+    const a = await api.req('POST', '/v1/capsules', { key: u.key, json: {}, headers: h });
+    now += 23 * 3600 * 1000;
+    const b = await api.req('POST', '/v1/capsules', { key: u.key, json: {}, headers: h });
+    t.equal(b.body.id, a.body.id, 'replayed within 24 h');
+    t.equal(b.headers.get('idempotent-replayed'), 'true');
+    await api.req('DELETE', `/v1/capsules/${a.body.id}`, { key: u.key });
+    now += 2 * 3600 * 1000;
+    const c2 = await api.req('POST', '/v1/capsules', { key: u.key, json: {}, headers: h });
+    t.equal(c2.status, 201);
+    t.not(c2.body.id, a.body.id, 'a new capsule after the window');
+    t.equal(c2.headers.get('idempotent-replayed'), null);
+  });
+
   t.test(`${driver}: TTL expiry destroys with a proof (status expired)`, async (t) => {
     const runner = await startRunner();
     t.teardown(() => runner.stop());
@@ -363,3 +427,18 @@ for (const driver of DRIVERS) {
     t.same(await runner.client.list(), [], 'the runner holds nothing');
   });
 }
+
+t.test('postgresql: ready is 503 when the database goes away', async (t) => {
+  const runner = await startRunner();
+  t.teardown(() => runner.stop());
+  const s = await start('postgresql', runner.client, { CAPSULE_RATE_LIMITS: 'off' });
+  t.teardown(s.close);
+  const ok = await s.api.req('GET', '/v1/health/ready');
+  t.equal(ok.status, 200);
+  t.same(ok.body.checks, { database: 'ok', runner: 'ok' });
+  await s.db.drop();
+  const down = await s.api.req('GET', '/v1/health/ready');
+  t.match(envelope(t, down, 503, 'service_unavailable').message, /database unavailable/);
+  t.ok(Number(down.headers.get('retry-after')) > 0);
+  t.equal((await s.api.req('GET', '/v1/health')).status, 200, 'liveness stays up');
+});

@@ -94,6 +94,9 @@ for (const driver of DRIVERS) {
       t.equal(cdp.reason, 'capsule_state_lost_on_restart');
       t.same(cdp.chain, []);
       t.equal(cdp.termination.trigger, 'system_restart');
+      t.same(cdp.termination, c === busy
+        ? { trigger: 'system_restart', command_was_running: true, command_completed: false }
+        : { trigger: 'system_restart', command_was_running: false }, 'a command in flight at the crash is stated');
       t.ok(cdp.attestation, 'signed');
       const v = verifyProof(cdp);
       t.equal(v.valid, true, JSON.stringify(v));
