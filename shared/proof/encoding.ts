@@ -16,6 +16,25 @@ export function toHex(bytes: Uint8Array): string {
   return out;
 }
 
+/** A binary string: one char (0..255) per byte. */
+export function toBinary(bytes: Uint8Array): string {
+  let out = '';
+  for (let i = 0; i < bytes.length; i++) out += String.fromCharCode(bytes[i]!);
+  return out;
+}
+
+/** Lower-case hex of a binary string (one char per byte). */
+export function binaryToHex(bin: string): string {
+  let out = '';
+  for (let i = 0; i < bin.length; i++) out += HEX[bin.charCodeAt(i) & 0xff]!;
+  return out;
+}
+
+/** Writes a binary string's bytes into out at offset. */
+export function binaryInto(bin: string, out: Uint8Array, offset: number): void {
+  for (let i = 0; i < bin.length; i++) out[offset + i] = bin.charCodeAt(i);
+}
+
 /** Decodes lower- or upper-case hex; undefined when not an even-length hex string. */
 export function fromHex(hex: string): Uint8Array | undefined {
   if (hex.length % 2 !== 0 || !/^[0-9a-fA-F]*$/.test(hex)) return undefined;
