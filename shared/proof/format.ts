@@ -84,11 +84,15 @@ const SHA512_RE = /^sha512:[0-9a-f]+$/;
 const isSha512 = (s: string): boolean => s.length === 135 && SHA512_RE.test(s);
 const isLegacyHash = (s: string) => SHA256_RE.test(s) || isSha512(s);
 
-function parseSteps(doc: Obj, legacy: boolean): ParsedStep[] {
+interface Steps { steps: ParsedStep[]; chainJcs: string | undefined }
+
+function parseSteps(doc: Obj, legacy: boolean): Steps {
   const chain = doc['chain'];
   if (chain === undefined) fail('FormatInvalid', 'MissingField');
   if (!Array.isArray(chain)) return fail('FormatInvalid', 'WrongType');
   const steps: ParsedStep[] = [];
+  // JCS of the whole chain while every step has the emitter's shape; see stepJcs.
+  let chainJcs: string | undefined = legacy ? undefined : '[';
   for (let i = 0; i < chain.length; i++) {
     const s: unknown = chain[i];
     if (!isPlainObject(s)) return fail('FormatInvalid', 'WrongType');
@@ -96,12 +100,32 @@ function parseSteps(doc: Obj, legacy: boolean): ParsedStep[] {
     if (step === undefined) fail('FormatInvalid', 'MissingField');
     if (typeof step !== 'number' || !Number.isInteger(step)) return fail('FormatInvalid', 'WrongType');
     const subsystem = str(s, 'subsystem', true)!;
-    str(s, 'operation', !legacy);
-    if (!legacy) hash(s, 'evidence_hash', true, isSha512);
+    const operation = str(s, 'operation', !legacy);
+    const evidenceHash = legacy ? undefined : hash(s, 'evidence_hash', true, isSha512);
     const chainHash = hash(s, 'chain_hash', true, legacy ? isLegacyHash : isSha512)!;
     steps.push({ step, subsystem, chainHash });
+    if (chainJcs !== undefined) {
+      const j = stepJcs(s, step, subsystem, operation!, evidenceHash!, chainHash);
+      chainJcs = j === undefined ? undefined : chainJcs + (i > 0 ? ',' : '') + j;
+    }
   }
-  return steps;
+  return { steps, chainJcs: chainJcs === undefined ? undefined : chainJcs + ']' };
+}
+
+/**
+ * RFC 8785 JCS of a chain step whose own members are exactly, in this order,
+ * step, subsystem, operation, evidence_hash, chain_hash (as the emitter
+ * writes them), from the values just checked: an integer, two strings and two
+ * `sha512:` hex hashes, which need no escaping. undefined for any other
+ * shape, which the generic serializer then handles (same result, slower).
+ */
+function stepJcs(s: Obj, step: number, subsystem: string, operation: string, evidenceHash: string, chainHash: string): string | undefined {
+  const k = Object.keys(s);
+  if (k.length !== 5 || k[0] !== 'step' || k[1] !== 'subsystem' || k[2] !== 'operation' ||
+      k[3] !== 'evidence_hash' || k[4] !== 'chain_hash') return undefined;
+  return '{"chain_hash":"' + chainHash + '","evidence_hash":"' + evidenceHash +
+    '","operation":' + JSON.stringify(operation) + ',"step":' + String(step) +
+    ',"subsystem":' + JSON.stringify(subsystem) + '}';
 }
 
 function parseAttestation(doc: Obj): ParsedAttestation | undefined {
@@ -118,7 +142,7 @@ function parseAttestation(doc: Obj): ParsedAttestation | undefined {
 function parseLegacy(doc: Obj): ParsedProof {
   str(doc, 'session_id', true);
   const destroyedAt = str(doc, 'destroyed_at', false);
-  const steps = parseSteps(doc, true);
+  const { steps } = parseSteps(doc, true);
   const finalHash = hash(doc, 'final_hash', true, isLegacyHash);
   const attestation = parseAttestation(doc);
   return {
@@ -138,7 +162,7 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
   }
   const partial = completeness === 'partial';
   str(doc, 'reason', partial);
-  const steps = parseSteps(doc, false);
+  const { steps, chainJcs } = parseSteps(doc, false);
   // A partial proof has no destruction time or final hash unless it carries a full chain.
   const needsChain = !v2 || !partial || steps.length === STEP_COUNT;
   const destroyedAt = str(doc, 'destroyed_at', needsChain);
@@ -170,7 +194,7 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
         activityJcs.push(serialize(e, 1)); // a JcsError here is WrongType (see parseProof)
       }
     }
-    viewJcs = canonicalViewJcs(doc);
+    viewJcs = canonicalViewJcs(doc, chainJcs);
   }
   return {
     version, form: 'capsule', partial, destroyedAt, steps, finalHash, attestation, canonicalHash,
