@@ -6,7 +6,7 @@
 import type { FailureReason } from './types.js';
 import { STEP_COUNT } from './chain.js';
 import { canonicalViewJcs } from './canonical.js';
-import { serialize } from './jcs.js';
+import { quoteString, serialize } from './jcs.js';
 
 export const SUPPORTED_VERSIONS = ['1.0', '2.0', '2.1'] as const;
 export type CdpVersion = (typeof SUPPORTED_VERSIONS)[number];
@@ -124,8 +124,8 @@ function stepJcs(s: Obj, step: number, subsystem: string, operation: string, evi
   if (k.length !== 5 || k[0] !== 'step' || k[1] !== 'subsystem' || k[2] !== 'operation' ||
       k[3] !== 'evidence_hash' || k[4] !== 'chain_hash') return undefined;
   return '{"chain_hash":"' + chainHash + '","evidence_hash":"' + evidenceHash +
-    '","operation":' + JSON.stringify(operation) + ',"step":' + String(step) +
-    ',"subsystem":' + JSON.stringify(subsystem) + '}';
+    '","operation":' + quoteString(operation) + ',"step":' + String(step) +
+    ',"subsystem":' + quoteString(subsystem) + '}';
 }
 
 function parseAttestation(doc: Obj): ParsedAttestation | undefined {
