@@ -9,7 +9,11 @@ import { toBinary, toHex, utf8 } from './encoding.js';
 // noble's synchronous API needs its SHA-512 wired once.
 ed.hashes.sha512 = nobleSha512;
 
-/** Hash and signature primitives; default is @noble (isomorphic). */
+/**
+ * Hash and signature primitives; default is @noble (isomorphic).
+ * WARNING: calls are synchronous and the verifier reuses its buffers between
+ * calls, so an implementation must not keep its arguments after returning.
+ */
 export interface CryptoProvider {
   sha512(data: Uint8Array): Uint8Array;
   ed25519Verify(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
