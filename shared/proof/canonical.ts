@@ -42,9 +42,11 @@ export function canonicalView(doc: Record<string, unknown>): Record<string, unkn
 /**
  * JCS of the canonical view, built straight from the document without an
  * intermediate object (the hot path of verification). Throws JcsError when a
- * view member is not JSON data.
+ * view member is not JSON data. `chainJcs`, when given, is the JCS of
+ * doc.chain already produced by the caller (stage 0 writes it as it checks
+ * the steps).
  */
-export function canonicalViewJcs(doc: Record<string, unknown>): string {
+export function canonicalViewJcs(doc: Record<string, unknown>, chainJcs?: string): string {
   let out = '{';
   let first = true;
   for (const k of SORTED_TOP) {
@@ -53,7 +55,9 @@ export function canonicalViewJcs(doc: Record<string, unknown>): string {
     if (!first) out += ',';
     first = false;
     out += QUOTED.get(k)!;
-    if (k === 'attestation' && v !== null && typeof v === 'object' && !Array.isArray(v)) {
+    if (k === 'chain' && chainJcs !== undefined) {
+      out += chainJcs;
+    } else if (k === 'attestation' && v !== null && typeof v === 'object' && !Array.isArray(v)) {
       out += reducedAttestationJcs(v as Record<string, unknown>);
     } else {
       out += serialize(v, 1);
@@ -76,7 +80,12 @@ function reducedAttestationJcs(att: Record<string, unknown>): string {
 }
 
 export function canonicalHashOfJcs(h: Hasher, viewJcs: string): string {
-  return 'sha512:' + h.sha512Utf8Hex(viewJcs);
+  return 'sha512:' + canonicalHashHexOfJcs(h, viewJcs);
+}
+
+/** The hex part of canonical_hash (no prefix). */
+export function canonicalHashHexOfJcs(h: Hasher, viewJcs: string): string {
+  return h.sha512Utf8Hex(viewJcs);
 }
 
 /** `sha512:<hex>` of JCS(canonical view). Throws JcsError when the view is not JSON data. */

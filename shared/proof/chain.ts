@@ -34,12 +34,21 @@ export function chainStepHex(h: Hasher, prevHex: string, def: StepDefinition, de
   return h.sha512Utf8Hex(`${prevHex}\0${def.subsystem}\0destroy\0${def.method}\0${destroyedAt}`);
 }
 
+// The fixed middle of each step's hash input, `\0subsystem\0destroy\0method\0`,
+// built once: per step only prev and destroyed_at are joined around it.
+const STEP_MIDDLES: readonly string[] = STEPS.map((d) => `\0${d.subsystem}\0destroy\0${d.method}\0`);
+
+/** chainStepHex for the step at index i (0-based) of STEPS. */
+export function chainStepHexAt(h: Hasher, prevHex: string, i: number, destroyedAt: string): string {
+  return h.sha512Utf8Hex(prevHex + STEP_MIDDLES[i]! + destroyedAt);
+}
+
 /** The 8 chain hashes, hex without prefix, for a destroyed_at string. */
 export function chainHashes(h: Hasher, destroyedAt: string): string[] {
   const out: string[] = [];
   let prev = GENESIS_HEX;
-  for (const def of STEPS) {
-    prev = chainStepHex(h, prev, def, destroyedAt);
+  for (let i = 0; i < STEP_COUNT; i++) {
+    prev = chainStepHexAt(h, prev, i, destroyedAt);
     out.push(prev);
   }
   return out;

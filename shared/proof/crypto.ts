@@ -4,12 +4,16 @@
 // same verdict on every vector.
 import * as ed from '@noble/ed25519';
 import { sha512 as nobleSha512 } from '@noble/hashes/sha2.js';
-import { toHex, utf8 } from './encoding.js';
+import { toBinary, toHex, utf8 } from './encoding.js';
 
 // noble's synchronous API needs its SHA-512 wired once.
 ed.hashes.sha512 = nobleSha512;
 
-/** Hash and signature primitives; default is @noble (isomorphic). */
+/**
+ * Hash and signature primitives; default is @noble (isomorphic).
+ * WARNING: calls are synchronous and the verifier reuses its buffers between
+ * calls, so an implementation must not keep its arguments after returning.
+ */
 export interface CryptoProvider {
   sha512(data: Uint8Array): Uint8Array;
   ed25519Verify(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
@@ -17,6 +21,8 @@ export interface CryptoProvider {
   sha512Utf8Hex?(text: string): string;
   /** Optional fast path: lower-case hex SHA-512 of bytes. */
   sha512Hex?(data: Uint8Array): string;
+  /** Optional fast path: SHA-512 of bytes, or of the UTF-8 of a string, as a binary string (one char per byte). */
+  sha512Binary?(data: Uint8Array | string): string;
 }
 
 /** The provider with both primitives filled in, as the proof code uses it. */
@@ -24,6 +30,7 @@ export interface Hasher {
   sha512(data: Uint8Array): Uint8Array;
   sha512Hex(data: Uint8Array): string;
   sha512Utf8Hex(text: string): string;
+  sha512Binary(data: Uint8Array | string): string;
   ed25519Verify(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
 }
 
@@ -47,10 +54,12 @@ export function hasher(provider: CryptoProvider = nobleCrypto): Hasher {
   if (!h) {
     const fastText = provider.sha512Utf8Hex?.bind(provider);
     const fastHex = provider.sha512Hex?.bind(provider);
+    const fastBinary = provider.sha512Binary?.bind(provider);
     h = {
       sha512: (d) => provider.sha512(d),
       sha512Hex: fastHex ?? ((d) => toHex(provider.sha512(d))),
       sha512Utf8Hex: fastText ?? ((t) => toHex(provider.sha512(utf8(t)))),
+      sha512Binary: fastBinary ?? ((d) => toBinary(provider.sha512(typeof d === 'string' ? utf8(d) : d))),
       ed25519Verify: (s, m, k) => provider.ed25519Verify(s, m, k),
     };
     cache.set(provider, h);

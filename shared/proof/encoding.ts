@@ -16,6 +16,25 @@ export function toHex(bytes: Uint8Array): string {
   return out;
 }
 
+/** A binary string: one char (0..255) per byte. */
+export function toBinary(bytes: Uint8Array): string {
+  let out = '';
+  for (let i = 0; i < bytes.length; i++) out += String.fromCharCode(bytes[i]!);
+  return out;
+}
+
+/** Lower-case hex of a binary string (one char per byte). */
+export function binaryToHex(bin: string): string {
+  let out = '';
+  for (let i = 0; i < bin.length; i++) out += HEX[bin.charCodeAt(i) & 0xff]!;
+  return out;
+}
+
+/** Writes a binary string's bytes into out at offset. */
+export function binaryInto(bin: string, out: Uint8Array, offset: number): void {
+  for (let i = 0; i < bin.length; i++) out[offset + i] = bin.charCodeAt(i);
+}
+
 /** Decodes lower- or upper-case hex; undefined when not an even-length hex string. */
 export function fromHex(hex: string): Uint8Array | undefined {
   if (hex.length % 2 !== 0 || !/^[0-9a-fA-F]*$/.test(hex)) return undefined;
@@ -65,31 +84,39 @@ export function toBase64(bytes: Uint8Array): string {
  * byte string has exactly one accepted encoding). undefined when malformed.
  */
 export function fromBase64(text: string): Uint8Array | undefined {
-  if (text.length % 4 !== 0) return undefined;
+  const len = text.length;
+  if (len % 4 !== 0) return undefined;
   let pad = 0;
-  if (text.endsWith('==')) pad = 2;
-  else if (text.endsWith('=')) pad = 1;
-  const outLen = (text.length / 4) * 3 - pad;
-  const out = new Uint8Array(outLen);
+  if (len > 0 && text.charCodeAt(len - 1) === 61 /* = */) pad = text.charCodeAt(len - 2) === 61 ? 2 : 1;
+  const out = new Uint8Array((len / 4) * 3 - pad);
+  // Full quads: four table look-ups, no per-quad allocation (hot in verification).
+  const full = pad === 0 ? len : len - 4;
   let o = 0;
-  for (let i = 0; i < text.length; i += 4) {
-    const last = i + 4 === text.length;
-    const v = [0, 0, 0, 0];
-    for (let j = 0; j < 4; j++) {
-      const c = text.charCodeAt(i + j);
-      if (last && c === 61 /* = */ && j >= 4 - pad) { v[j] = 0; continue; }
-      const d = c < 128 ? B64_INDEX[c]! : -1;
-      if (d < 0) return undefined;
-      v[j] = d;
-    }
-    const n = (v[0]! << 18) | (v[1]! << 12) | (v[2]! << 6) | v[3]!;
-    if (last && pad === 2 && (n & 0xffff) !== 0) return undefined;
-    if (last && pad === 1 && (n & 0xff) !== 0) return undefined;
-    out[o++] = (n >> 16) & 0xff;
-    if (o < outLen) out[o++] = (n >> 8) & 0xff;
-    if (o < outLen) out[o++] = n & 0xff;
+  for (let i = 0; i < full; i += 4) {
+    const a = b64Digit(text, i), b = b64Digit(text, i + 1), c = b64Digit(text, i + 2), d = b64Digit(text, i + 3);
+    if ((a | b | c | d) < 0) return undefined;
+    const n = (a << 18) | (b << 12) | (c << 6) | d;
+    out[o++] = n >> 16;
+    out[o++] = (n >> 8) & 0xff;
+    out[o++] = n & 0xff;
+  }
+  if (pad > 0) {
+    // Last quad: `xx==` (one byte) or `xxx=` (two bytes); the unused bits must be zero.
+    const a = b64Digit(text, full), b = b64Digit(text, full + 1);
+    const c = pad === 2 ? 0 : b64Digit(text, full + 2);
+    if ((a | b | c) < 0) return undefined;
+    const n = (a << 18) | (b << 12) | (c << 6);
+    if ((n & (pad === 2 ? 0xffff : 0xff)) !== 0) return undefined;
+    out[o++] = n >> 16;
+    if (pad === 1) out[o] = (n >> 8) & 0xff;
   }
   return out;
+}
+
+/** Value of the base64 digit at i, -1 when not in the alphabet (`=` included). */
+function b64Digit(text: string, i: number): number {
+  const c = text.charCodeAt(i);
+  return c < 128 ? B64_INDEX[c]! : -1;
 }
 
 /** Constant-time-ish equality of two byte strings (length leaks). */

@@ -6,7 +6,7 @@
 import type { FailureReason } from './types.js';
 import { STEP_COUNT } from './chain.js';
 import { canonicalViewJcs } from './canonical.js';
-import { serialize } from './jcs.js';
+import { quoteString, serialize } from './jcs.js';
 
 export const SUPPORTED_VERSIONS = ['1.0', '2.0', '2.1'] as const;
 export type CdpVersion = (typeof SUPPORTED_VERSIONS)[number];
@@ -75,25 +75,24 @@ function hash(o: Obj, k: string, required: boolean, re: (s: string) => boolean):
   return v;
 }
 
-/** `sha512:` + 128 lower-case hex; a character loop, cheaper than the regex on this hot path. */
-const LOWER_HEX = new Uint8Array(128);
-for (const c of '0123456789abcdef') LOWER_HEX[c.charCodeAt(0)] = 1;
-
-function isSha512(s: string): boolean {
-  if (s.length !== 135 || !s.startsWith('sha512:')) return false;
-  for (let i = 7; i < 135; i++) {
-    const c = s.charCodeAt(i);
-    if (c > 127 || LOWER_HEX[c] === 0) return false;
-  }
-  return true;
-}
+/**
+ * `sha512:` + 128 lower-case hex. The length is checked first, so an
+ * unbounded `+` suffices; V8 runs this about twice as fast as a character
+ * loop or a counted `{128}` (measured on the vectors' hashes).
+ */
+const SHA512_RE = /^sha512:[0-9a-f]+$/;
+const isSha512 = (s: string): boolean => s.length === 135 && SHA512_RE.test(s);
 const isLegacyHash = (s: string) => SHA256_RE.test(s) || isSha512(s);
 
-function parseSteps(doc: Obj, legacy: boolean): ParsedStep[] {
+interface Steps { steps: ParsedStep[]; chainJcs: string | undefined }
+
+function parseSteps(doc: Obj, legacy: boolean): Steps {
   const chain = doc['chain'];
   if (chain === undefined) fail('FormatInvalid', 'MissingField');
   if (!Array.isArray(chain)) return fail('FormatInvalid', 'WrongType');
   const steps: ParsedStep[] = [];
+  // JCS of the whole chain while every step has the emitter's shape; see stepJcs.
+  let chainJcs: string | undefined = legacy ? undefined : '[';
   for (let i = 0; i < chain.length; i++) {
     const s: unknown = chain[i];
     if (!isPlainObject(s)) return fail('FormatInvalid', 'WrongType');
@@ -101,12 +100,32 @@ function parseSteps(doc: Obj, legacy: boolean): ParsedStep[] {
     if (step === undefined) fail('FormatInvalid', 'MissingField');
     if (typeof step !== 'number' || !Number.isInteger(step)) return fail('FormatInvalid', 'WrongType');
     const subsystem = str(s, 'subsystem', true)!;
-    str(s, 'operation', !legacy);
-    if (!legacy) hash(s, 'evidence_hash', true, isSha512);
+    const operation = str(s, 'operation', !legacy);
+    const evidenceHash = legacy ? undefined : hash(s, 'evidence_hash', true, isSha512);
     const chainHash = hash(s, 'chain_hash', true, legacy ? isLegacyHash : isSha512)!;
     steps.push({ step, subsystem, chainHash });
+    if (chainJcs !== undefined) {
+      const j = stepJcs(s, step, subsystem, operation!, evidenceHash!, chainHash);
+      chainJcs = j === undefined ? undefined : chainJcs + (i > 0 ? ',' : '') + j;
+    }
   }
-  return steps;
+  return { steps, chainJcs: chainJcs === undefined ? undefined : chainJcs + ']' };
+}
+
+/**
+ * RFC 8785 JCS of a chain step whose own members are exactly, in this order,
+ * step, subsystem, operation, evidence_hash, chain_hash (as the emitter
+ * writes them), from the values just checked: an integer, two strings and two
+ * `sha512:` hex hashes, which need no escaping. undefined for any other
+ * shape, which the generic serializer then handles (same result, slower).
+ */
+function stepJcs(s: Obj, step: number, subsystem: string, operation: string, evidenceHash: string, chainHash: string): string | undefined {
+  const k = Object.keys(s);
+  if (k.length !== 5 || k[0] !== 'step' || k[1] !== 'subsystem' || k[2] !== 'operation' ||
+      k[3] !== 'evidence_hash' || k[4] !== 'chain_hash') return undefined;
+  return '{"chain_hash":"' + chainHash + '","evidence_hash":"' + evidenceHash +
+    '","operation":' + quoteString(operation) + ',"step":' + String(step) +
+    ',"subsystem":' + quoteString(subsystem) + '}';
 }
 
 function parseAttestation(doc: Obj): ParsedAttestation | undefined {
@@ -123,7 +142,7 @@ function parseAttestation(doc: Obj): ParsedAttestation | undefined {
 function parseLegacy(doc: Obj): ParsedProof {
   str(doc, 'session_id', true);
   const destroyedAt = str(doc, 'destroyed_at', false);
-  const steps = parseSteps(doc, true);
+  const { steps } = parseSteps(doc, true);
   const finalHash = hash(doc, 'final_hash', true, isLegacyHash);
   const attestation = parseAttestation(doc);
   return {
@@ -143,7 +162,7 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
   }
   const partial = completeness === 'partial';
   str(doc, 'reason', partial);
-  const steps = parseSteps(doc, false);
+  const { steps, chainJcs } = parseSteps(doc, false);
   // A partial proof has no destruction time or final hash unless it carries a full chain.
   const needsChain = !v2 || !partial || steps.length === STEP_COUNT;
   const destroyedAt = str(doc, 'destroyed_at', needsChain);
@@ -175,7 +194,7 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
         activityJcs.push(serialize(e, 1)); // a JcsError here is WrongType (see parseProof)
       }
     }
-    viewJcs = canonicalViewJcs(doc);
+    viewJcs = canonicalViewJcs(doc, chainJcs);
   }
   return {
     version, form: 'capsule', partial, destroyedAt, steps, finalHash, attestation, canonicalHash,

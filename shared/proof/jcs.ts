@@ -37,7 +37,7 @@ export function tryCanonicalize(value: unknown): string | undefined {
 export function serialize(value: unknown, depth: number): string {
   switch (typeof value) {
     case 'string':
-      return JSON.stringify(value);
+      return quoteString(value);
     case 'number':
       if (!Number.isFinite(value)) throw new JcsError(`non-finite number ${String(value)} is not JSON`);
       return value === 0 ? '0' : String(value);
@@ -51,6 +51,21 @@ export function serialize(value: unknown, depth: number): string {
     default:
       throw new JcsError(`a ${typeof value} is not JSON data`);
   }
+}
+
+/**
+ * A JSON string literal, as JSON.stringify writes it. Short printable-ASCII
+ * strings without `"` or `\\` (identifiers, timestamps, enum values) are
+ * quoted directly: about twice as fast as the JSON.stringify call there.
+ * Longer or other strings go to JSON.stringify, which scans faster.
+ */
+export function quoteString(s: string): string {
+  if (s.length > 48) return JSON.stringify(s);
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x20 || c > 0x7e || c === 0x22 || c === 0x5c) return JSON.stringify(s);
+  }
+  return '"' + s + '"';
 }
 
 function serializeArray(arr: unknown[], depth: number): string {

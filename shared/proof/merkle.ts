@@ -6,7 +6,7 @@
 // the providers, and a node's input is rebuilt in one reused buffer.
 import { hasher, type CryptoProvider, type Hasher } from './crypto.js';
 import { canonicalize } from './jcs.js';
-import { fromHex, hexInto } from './encoding.js';
+import { binaryInto, binaryToHex, fromHex, hexInto } from './encoding.js';
 
 const EMPTY = new Uint8Array(0);
 
@@ -26,9 +26,13 @@ export function merkleRoot(leaves: Uint8Array[], provider?: CryptoProvider): Uin
  * last node unchanged builds exactly RFC 6962's tree (the left subtree is
  * always the largest power of two), without recursion.
  */
+// One node input buffer for all calls (a fresh 129-byte array lives off the
+// V8 heap and costs about as much as a hash). Never escapes merkleRootHex.
+const NODE_SCRATCH = new Uint8Array(129);
+
 export function merkleRootHex(h: Hasher, leafHashes: string[]): string {
   if (leafHashes.length === 0) return h.sha512Hex(EMPTY);
-  const scratch = new Uint8Array(129);
+  const scratch = NODE_SCRATCH;
   scratch[0] = 0x01; // node domain byte
   let nodes = leafHashes;
   while (nodes.length > 1) {
@@ -46,8 +50,41 @@ export function merkleRootHex(h: Hasher, leafHashes: string[]): string {
 
 /** Activity root over already-canonicalized events (JCS strings), serialized `sha512:<hex>`. */
 export function activityRootOfCanonical(h: Hasher, canonicalEvents: string[]): string {
+  return 'sha512:' + activityRootHexOfCanonical(h, canonicalEvents);
+}
+
+/** The hex part of the activity root (no prefix). */
+export function activityRootHexOfCanonical(h: Hasher, canonicalEvents: string[]): string {
+  const leaves: string[] = new Array<string>(canonicalEvents.length);
   // "\u0000" + JCS is exactly 0x00 || UTF-8(JCS).
-  return 'sha512:' + merkleRootHex(h, canonicalEvents.map((c) => h.sha512Utf8Hex('\u0000' + c)));
+  for (let i = 0; i < leaves.length; i++) leaves[i] = h.sha512Binary('\u0000' + canonicalEvents[i]!);
+  return rootHexOfBinaryLeaves(h, leaves);
+}
+
+/**
+ * merkleRootHex over leaf hashes given as binary strings (one char per
+ * byte): copying 64 chars into the node input is several times cheaper than
+ * decoding 128 hex digits. Only the root is produced as hex.
+ */
+function rootHexOfBinaryLeaves(h: Hasher, leafHashes: string[]): string {
+  if (leafHashes.length === 0) return h.sha512Hex(EMPTY);
+  if (leafHashes.length === 1) return binaryToHex(leafHashes[0]!);
+  const scratch = NODE_SCRATCH;
+  scratch[0] = 0x01; // node domain byte
+  let nodes = leafHashes;
+  while (nodes.length > 2) {
+    const next: string[] = [];
+    for (let i = 0; i + 1 < nodes.length; i += 2) {
+      binaryInto(nodes[i]!, scratch, 1);
+      binaryInto(nodes[i + 1]!, scratch, 65);
+      next.push(h.sha512Binary(scratch));
+    }
+    if (nodes.length % 2 === 1) next.push(nodes[nodes.length - 1]!);
+    nodes = next;
+  }
+  binaryInto(nodes[0]!, scratch, 1);
+  binaryInto(nodes[1]!, scratch, 65);
+  return h.sha512Hex(scratch);
 }
 
 /** Activity root of events (each JCS-canonicalized); throws JcsError on non-JSON events. */

@@ -6,9 +6,9 @@
 // verifyProof never throws: every input gets a result.
 import type { FailureReason, FailureType, TrustManifest, VerifyChecks, VerifyResult } from './types.js';
 import { hasher, type CryptoProvider, type Hasher } from './crypto.js';
-import { chainStepHex, GENESIS_HEX, STEP_COUNT, STEPS } from './chain.js';
-import { canonicalHashOfJcs } from './canonical.js';
-import { activityRootOfCanonical } from './merkle.js';
+import { chainStepHexAt, GENESIS_HEX, STEP_COUNT, STEPS } from './chain.js';
+import { canonicalHashHexOfJcs } from './canonical.js';
+import { activityRootHexOfCanonical } from './merkle.js';
 import { fromBase64, bytesEqual } from './encoding.js';
 import { parseProof, type ParsedProof } from './format.js';
 
@@ -27,17 +27,23 @@ export const STAGE_NAMES = [
 const ED25519_PUBLIC_KEY_BYTES = 32;
 const ED25519_SIGNATURE_BYTES = 64;
 
-let lastMs = -1;
-let lastStamp = '';
+let lastSecond = -1;
+let secondPrefix = '';
+// '000000Z' .. '999000Z': the millisecond part and the fixed tail of a stamp.
+const MS_TAILS = Array.from({ length: 1000 }, (_, ms) => String(ms).padStart(3, '0') + '000Z');
 
 /** RFC 3339 UTC with six fraction digits, e.g. 2026-11-21T22:05:00.123000Z (millisecond clock). */
 export function systemNow(): string {
   const ms = Date.now();
-  if (ms !== lastMs) {
-    lastMs = ms;
-    lastStamp = new Date(ms).toISOString().slice(0, -1) + '000Z'; // formatted once per millisecond
+  const second = Math.floor(ms / 1000);
+  if (second !== lastSecond) {
+    // Date formatting costs about as much as the rest of stage 0's scalar
+    // checks, so the `YYYY-MM-DDTHH:MM:SS.` prefix is formatted once per second.
+    lastSecond = second;
+    const iso = new Date(second * 1000).toISOString(); // ...SS.000Z
+    secondPrefix = iso.slice(0, iso.length - 4);
   }
-  return lastStamp;
+  return secondPrefix + MS_TAILS[ms - second * 1000]!;
 }
 
 interface Failed { stage: number; type: FailureType; reason: string }
@@ -61,9 +67,9 @@ function runStages(p: ParsedProof, h: Hasher, manifest: TrustManifest | undefine
       let prev = GENESIS_HEX;
       const destroyedAt = p.destroyedAt!;
       for (let i = 0; i < n; i++) {
-        prev = chainStepHex(h, prev, STEPS[i]!, destroyedAt);
+        prev = chainStepHexAt(h, prev, i, destroyedAt);
         // Format checked at stage 0 (`sha512:` + 128 hex), so the hex part decides.
-        if (!p.steps[i]!.chainHash.endsWith(prev)) return failed(2, 'ChainMismatch', 'ChainHashMismatch');
+        if (hexPart(p.steps[i]!.chainHash) !== prev) return failed(2, 'ChainMismatch', 'ChainHashMismatch');
       }
     }
     // Legacy form: hashes are taken from the document (chain_recomputed: false).
@@ -74,12 +80,13 @@ function runStages(p: ParsedProof, h: Hasher, manifest: TrustManifest | undefine
 
   // Stage 4 (2.x): canonical hash, then the activity root when the trail is carried.
   if (p.viewJcs !== undefined) {
-    if (p.canonicalHash !== undefined && canonicalHashOfJcs(h, p.viewJcs) !== p.canonicalHash) {
+    // Hashes are compared by their hex part: stage 0 checked the `sha512:` + 128 hex format.
+    if (p.canonicalHash !== undefined && hexPart(p.canonicalHash) !== canonicalHashHexOfJcs(h, p.viewJcs)) {
       return failed(4, 'CanonicalHashMismatch', 'DoesNotMatch');
     }
     if (p.activityJcs !== undefined) {
       // A trail with no signed root to bind it cannot be accepted as part of the proof.
-      if (p.activityRoot === undefined || activityRootOfCanonical(h, p.activityJcs) !== p.activityRoot) {
+      if (p.activityRoot === undefined || hexPart(p.activityRoot) !== activityRootHexOfCanonical(h, p.activityJcs)) {
         return failed(4, 'ActivityMismatch', 'RootMismatch');
       }
     }
@@ -98,7 +105,7 @@ function runStages(p: ParsedProof, h: Hasher, manifest: TrustManifest | undefine
     return failed(5, 'SignatureMismatch', 'MalformedSignature');
   }
   const basis = p.version === '1.0' ? p.finalHash! : p.canonicalHash!;
-  const message = asciiBytes(basis.slice(basis.indexOf(':') + 1));
+  const message = asciiBytes(basis.slice(basis.indexOf(':') + 1), MESSAGE_SCRATCH);
   if (!h.ed25519Verify(signature, message, publicKey)) return failed(5, 'SignatureMismatch', 'DoesNotVerify');
 
   // Stage 6: trust-manifest key resolution for managed-authority proofs.
@@ -129,10 +136,24 @@ function decodePrefixedBase64(text: string): Uint8Array | undefined {
   return text.startsWith('base64:') ? fromBase64(text.slice(7)) : undefined;
 }
 
-function asciiBytes(text: string): Uint8Array {
-  const out = new Uint8Array(text.length);
+// The signed message (128 ASCII hex digits, 64 for a 1.0 SHA-256 basis) is
+// written into one reused buffer: a fresh Uint8Array over 64 bytes lives off
+// the V8 heap and costs several times the copy.
+// WARNING: a CryptoProvider must not keep its arguments after returning.
+const MESSAGE_SCRATCH = new Uint8Array(128);
+
+function asciiBytes(text: string, scratch: Uint8Array): Uint8Array {
+  const out = text.length <= scratch.length ? scratch.subarray(0, text.length) : new Uint8Array(text.length);
   for (let i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
   return out;
+}
+
+/**
+ * The hex part of a `sha512:` hash that stage 0 has format-checked. Equality
+ * on the (sliced, not copied) part is several times cheaper than endsWith.
+ */
+function hexPart(prefixed: string): string {
+  return prefixed.slice(7);
 }
 
 function checksFor(p: ParsedProof): VerifyChecks {
