@@ -5,9 +5,9 @@ import {
   cidrContains, cidrWithin, formatIp, normalizeIp, parseCidr, parseIp, specialRange,
   type Cidr, type IpAddr, type SpecialKind,
 } from './address.js';
+import { EGRESS_RULE_KINDS as RULE_KINDS, type EgressRuleKind as RuleKind } from '../shared/egress-rules.js';
 
-export const RULE_KINDS = ['domain', 'ip_v4', 'ip_v6', 'cidr_v4', 'cidr_v6'] as const;
-export type RuleKind = (typeof RULE_KINDS)[number];
+export { RULE_KINDS, type RuleKind };
 
 /** An egress profile rule as the API stores it (SPEC "Egress profile and rule"). */
 export interface Rule {

@@ -1,4 +1,5 @@
 // Domain records of the control plane. Types only: no I/O.
+import type { EgressRuleKind } from '../../shared/egress-rules.js';
 
 export const TIERS = ['free', 'starter', 'business', 'enterprise'] as const;
 export type Tier = (typeof TIERS)[number];
@@ -97,8 +98,7 @@ export interface IdempotentResponse {
 }
 
 /** SPEC "Egress profile and rule". */
-export const EGRESS_RULE_KINDS = ['domain', 'ip_v4', 'ip_v6', 'cidr_v4', 'cidr_v6'] as const;
-export type EgressRuleKind = (typeof EGRESS_RULE_KINDS)[number];
+export { EGRESS_RULE_KINDS, type EgressRuleKind } from '../../shared/egress-rules.js';
 
 export interface EgressProfile {
   id: string;
