@@ -41,6 +41,8 @@ function namespaceStep(m: DestroyMeasurements): StepEvidence {
   const required: NsName[] = ['user', 'mnt', 'pid', 'uts', 'net', 'ipc'];
   return {
     method: 'procfs_verification',
+    // `performed` (CONTRACT §8 component_proofs): the step measured something, not that it found what it wanted.
+    performed: obs.length > 0,
     source: '/proc/<sandbox pid>/ns/* compared with the runner host namespaces',
     execs: m.execCount,
     observations: obs,
@@ -56,6 +58,7 @@ function mountStep(m: DestroyMeasurements): StepEvidence {
     : null;
   return {
     method: 'mountinfo_verification',
+    performed: last !== undefined,
     source: '/proc/<sandbox pid>/mountinfo and the runner host mountinfo',
     capsule_tmpfs: m.tmpfsMountBefore
       ? { fstype: m.tmpfsMountBefore.fstype, super_options: m.tmpfsMountBefore.super_options, options: m.tmpfsMountBefore.options }
@@ -74,6 +77,7 @@ export function buildEvidence(m: DestroyMeasurements): StepEvidence[] {
     mountStep(m),
     {
       method: 'dod_5220_multipass_wipe',
+      performed: m.wipeErrors.length === 0,
       scope: 'every regular file present in the capsule tmpfs at destroy time',
       ...m.wipe,
       regions: m.wipeRegions,
@@ -86,6 +90,7 @@ export function buildEvidence(m: DestroyMeasurements): StepEvidence[] {
     },
     {
       key: 'capsule-scoped 32-byte AES-256 key held by the runner (keystream key of the random wipe pass)',
+      performed: m.key.zeroized,
       key_bytes: m.key.bytes,
       zeroized: m.key.zeroized,
       readback_all_zero: m.key.readback_all_zero,
@@ -93,6 +98,7 @@ export function buildEvidence(m: DestroyMeasurements): StepEvidence[] {
     },
     {
       method: 'credential_incineration',
+      performed: m.uid.processes_scanned > 0,
       host_uid: m.uid.host_uid,
       live_processes_with_uid_after: m.uid.processes_after,
       exited_processes_awaiting_host_reap: m.uid.zombies_after,
@@ -101,6 +107,7 @@ export function buildEvidence(m: DestroyMeasurements): StepEvidence[] {
     },
     {
       method: 'merkle_tree_verification',
+      performed: m.wipeErrors.length === 0,
       tree: 'RFC 6962 SHA-512 over the read-back zero state of every wiped region (1 MiB regions, files in path order)',
       regions: m.wipeRegions,
       bytes: m.wipe.bytes_overwritten,

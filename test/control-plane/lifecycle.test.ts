@@ -136,6 +136,13 @@ for (const driver of DRIVERS) {
       t.equal(d.cdp.activity[1].sha512, sha512(data));
       t.notMatch(JSON.stringify(d.cdp.activity), /secret input|Zoë|wc -l/, 'trail carries hashes, not data or commands');
       t.equal(d.cdp.evidence[6].activity_events, types.length, 'step 7 seals the trail as counted');
+      // component_proofs: steps 1-6 measured here, each entry the hash of that step's evidence
+      const componentKeys = ['namespace_verification', 'mountinfo_verification', 'memory_wipe', 'key_destruction', 'credential_incineration', 'merkle_zero_state'];
+      t.same(Object.keys(d.cdp.component_proofs).sort(), [...componentKeys].sort(), 'every measured step has a component proof');
+      componentKeys.forEach((k, i) => {
+        t.equal(d.cdp.evidence[i].performed, true, `step ${i + 1} says it measured`);
+        t.equal(d.cdp.component_proofs[k], d.cdp.chain[i].evidence_hash, `${k} is step ${i + 1}'s evidence hash`);
+      });
       // regulatory_context: related_to only, with the notice, never a status
       t.equal(d.regulatory_context.jurisdiction, 'EU');
       t.match(d.regulatory_context.notice, /not a compliance certification/i);
