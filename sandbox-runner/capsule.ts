@@ -342,7 +342,6 @@ export class CapsuleManager {
           }
         }
         const executedAt = this.d.clock.iso();
-        c.execCount++;
         const prepared = c.prepared;
         c.prepared = null;
         const r = await runExec({
@@ -361,6 +360,7 @@ export class CapsuleManager {
             c.abortRunning = abort;
           },
         });
+        c.execCount++; // counted once it ran: evidence step 1 reports this number
         return {
           stdout: r.stdout,
           stderr: r.stderr,

@@ -8,7 +8,7 @@ import { groupPids, killGroup, oomKills, procsFiles, signalGroup, type CapsuleCg
 import type { Clock } from './clock.js';
 import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
 import { argFileText, BLOCK_FD, GO_FD, INFO_FD, sandboxArgv, wrapperArgv, type SandboxSpec } from './sandbox.js';
-import type { ExecResult } from '../shared/runner-protocol.js';
+import { RunnerError, type ExecResult } from '../shared/runner-protocol.js';
 
 /** The wire result less its timestamp (stamped by the caller), plus what the sweep found. */
 export interface ExecOutcome extends Omit<ExecResult, 'executed_at'> {
@@ -105,11 +105,21 @@ export function prepareExec(cgroupProcsFiles: string[], argFile: string, seccomp
   return p;
 }
 
-export function runExec(p: ExecParams): Promise<ExecOutcome> {
+// async: a failure before the exec starts is a rejection, never a synchronous
+// throw past a caller's .catch (destroy's probe relies on that).
+export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   const observing = p.observe !== undefined;
   const prepared = p.prepared && p.prepared.alive ? p.prepared : prepareExec(procsFiles(p.cgroup), p.argFile, p.seccompPath);
   const child = prepared.child;
-  writeFileSync(p.argFile, argFileText(sandboxArgv({ ...p.spec, block: observing }), observing), { mode: 0o600 });
+  try {
+    writeFileSync(p.argFile, argFileText(sandboxArgv({ ...p.spec, block: observing }), observing), { mode: 0o600 });
+  } catch (e) {
+    // WARNING: the wrapper already waits inside the capsule's cgroup; left alive it would hold a pid until destroy.
+    child.kill('SIGKILL');
+    // The capsule can fill its own tmpfs (blocks or inodes); the argument file lives there.
+    if ((e as NodeJS.ErrnoException).code === 'ENOSPC') throw new RunnerError('no_space', 'command: the capsule tmpfs is full (no room to start the exec)');
+    throw e;
+  }
   const oomBefore = oomKills(p.cgroup);
   const start = p.clock.monotonicMs();
   const stdio = child.stdio as unknown as (Readable | Writable | null)[];
