@@ -446,7 +446,8 @@ export class CapsuleManager {
     const wipe = wipeTree(r.tmpfs_dir, c.key);
     c.key.fill(0);
     const keyZero = c.key.every((b) => b === 0);
-    const unmounted = await this.d.mounter.unmount(r.tmpfs_dir);
+    const unmount = await this.d.mounter.unmount(r.tmpfs_dir);
+    const unmounted = unmount.gone;
     const removed = cgEmpty ? await removeGroup(r.cgroup) : false;
     const owned = processesOwnedBy(r.host_uid);
     const released = owned.pids.length === 0;
@@ -475,6 +476,7 @@ export class CapsuleManager {
       uid: { host_uid: r.host_uid, processes_after: owned.pids.length, zombies_after: owned.zombies, processes_scanned: owned.scanned, released },
       cgroup: { mode: r.cgroup.mode, empty: cgEmpty && groupPids(r.cgroup).length === 0, removed },
       tmpfsUnmounted: unmounted && !isMounted(r.tmpfs_dir),
+      tmpfsDetachedLazily: unmount.lazy,
       stateRemoved,
       commandWasRunning,
       egress,

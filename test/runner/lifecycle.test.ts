@@ -98,6 +98,7 @@ t.test('capsule lifecycle over the socket', async (t) => {
   t.equal(life['cgroup_empty'], true);
   t.equal(life['cgroup_removed'], true);
   t.equal(life['tmpfs_unmounted'], true);
+  t.equal(life['tmpfs_detached_lazily'], false, 'nothing held it: a real unmount');
   t.equal(life['host_swap_active'], false);
   t.notOk(existsSync(tmpfsDir), 'tmpfs dir removed');
   t.notOk(existsSync(`${tmpfsDir}.json`), 'state record removed');
