@@ -2,7 +2,7 @@
 // fresh bwrap per exec over the same tmpfs, serialized per capsule), file
 // transfer, destroy (kill, wipe, zeroize, unmount, release, evidence).
 import { createHash } from 'node:crypto';
-import { chmodSync, chownSync, mkdirSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   RunnerError,
@@ -494,14 +494,5 @@ export class CapsuleManager {
         /* recovery on next start covers it */
       }
     }
-  }
-}
-
-/** For recovery: remove an empty tmpfs directory left without a mount. */
-export function removeDirIfEmpty(dir: string): void {
-  try {
-    rmdirSync(dir);
-  } catch {
-    /* not empty or gone */
   }
 }
