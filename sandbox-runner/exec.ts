@@ -3,6 +3,7 @@
 // process of the exec outlives it.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { constants } from 'node:os';
 import type { Readable, Writable } from 'node:stream';
 import { groupPids, killGroup, oomKills, procsFiles, signalGroup, type CapsuleCgroupPaths } from './cgroup.js';
 import type { Clock } from './clock.js';
@@ -81,6 +82,8 @@ class Capture {
     return Buffer.concat(this.chunks).toString('utf8');
   }
 }
+
+const { signals } = constants;
 
 const HOST_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
@@ -204,7 +207,8 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
         const leftover = groupPids(p.cgroup).length;
         if (leftover > 0) await killGroup(p.cgroup);
         const oom = oomSeen || oomKills(p.cgroup) > oomBefore;
-        const sigNum = signal ? ({ SIGKILL: 9, SIGTERM: 15 } as Record<string, number>)[signal] ?? 1 : 0;
+        // The shell convention 128 + signal number, for any signal (not only KILL and TERM).
+        const sigNum = signal ? signals[signal] : 0;
         resolve({
           stdout: out.text(),
           stderr: err.text(),
