@@ -24,7 +24,7 @@ import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.j
 import { baseEnv, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
-import { wipeTree } from './wipe.js';
+import { wipeAndZeroize } from './wipe.js';
 import { attachEgress, caBundle, detachEgress, egressEnv, netnsPath, validateEgress, type EgressState } from './egress.js';
 
 export const CAPSULE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
@@ -223,9 +223,7 @@ export class CapsuleManager {
         else if (record.egress) await detachEgress(record.egress);
         if (cgroupMade) void removeGroup(record.cgroup);
         if (mounted) {
-          const key = this.d.random.bytes(32);
-          wipeTree(tmpfsDir, key);
-          key.fill(0);
+          wipeAndZeroize(tmpfsDir, this.d.random.bytes(32));
           await this.d.mounter.unmount(tmpfsDir);
         }
         rmSync(tmpfsDir, { recursive: true, force: true });
@@ -443,9 +441,8 @@ export class CapsuleManager {
     const cgEmpty = await killGroup(r.cgroup);
     const egress = r.egress ? await detachEgress(r.egress) : null;
     const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
-    const wipe = wipeTree(r.tmpfs_dir, c.key);
-    c.key.fill(0);
-    const keyZero = c.key.every((b) => b === 0);
+    const wipe = wipeAndZeroize(r.tmpfs_dir, c.key);
+    const keyZero = wipe.keyReadbackZero;
     const unmount = await this.d.mounter.unmount(r.tmpfs_dir);
     const unmounted = unmount.gone;
     const removed = cgEmpty ? await removeGroup(r.cgroup) : false;
