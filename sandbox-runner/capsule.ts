@@ -431,6 +431,8 @@ export class CapsuleManager {
       }).catch(() => undefined);
     }
     await this.dropPrepared(c);
+    // WARNING: if teardown throws, the capsule stays 'destroying' (every later call gets busy)
+    // until the runner restarts and recovery wipes it; teardown's steps therefore report, not throw.
     const result = await this.teardown(c, commandWasRunning);
     this.capsules.delete(c.record.capsule_id);
     return result;
