@@ -3,7 +3,7 @@
 // a destroy response or stored-proof record (its `cdp` and `audit_proof`),
 // or a golden test vector. Exit 0 all verified, 1 any not verified, 2 usage
 // or unreadable input (one-line message, never a stack trace).
-import { readFileSync, statSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
 import { createNodeCrypto } from '../shared/node/crypto-node.js';
 import { STAGE_NAMES, type TrustManifest, type VerifyResult } from '../shared/proof/index.js';
 import { itemsOf, jsonErrorReason, validateManifest, verifyItems, type LineOutcome, type Verdict } from './verify-input.js';
@@ -49,17 +49,40 @@ function parseArgs(argv: string[]): Args | string {
   return args;
 }
 
+/** Reads at most max + 1 bytes: a stream with no end (stdin, a FIFO, /dev/zero) is refused, never buffered without bound. */
+function readBounded(fd: number, max: number): Buffer {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  while (total <= max) {
+    const buf = Buffer.allocUnsafe(Math.min(1 << 20, max + 1 - total));
+    const n = readSync(fd, buf, 0, buf.length, null);
+    if (n === 0) break;
+    chunks.push(buf.subarray(0, n));
+    total += n;
+  }
+  return Buffer.concat(chunks, total);
+}
+
 function readText(path: string): string {
   let bytes: Buffer;
   try {
     if (path === '-') {
-      bytes = readFileSync(0);
+      bytes = readBounded(0, MAX_INPUT_BYTES);
     } else {
       const st = statSync(path);
       if (st.isDirectory()) throw new InputError(`${path}: is a directory, not a proof file`);
       if (!st.isFile() && !st.isFIFO() && !st.isCharacterDevice()) throw new InputError(`${path}: not a regular file`);
       if (st.size > MAX_INPUT_BYTES) throw new InputError(`${path}: larger than ${MAX_INPUT_BYTES / 1048576} MiB; split it into JSON-lines files`);
-      bytes = readFileSync(path);
+      if (st.isFile()) {
+        bytes = readFileSync(path);
+      } else {
+        const fd = openSync(path, 'r');
+        try {
+          bytes = readBounded(fd, MAX_INPUT_BYTES);
+        } finally {
+          closeSync(fd);
+        }
+      }
     }
   } catch (err) {
     if (err instanceof InputError) throw err;

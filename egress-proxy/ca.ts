@@ -177,7 +177,11 @@ export class CapsuleCa {
     return ctx;
   }
 
-  /** Overwrites both private keys with zeros, reads them back, drops every reference. Idempotent. */
+  /**
+   * Overwrites both private keys with zeros, reads them back, drops every reference.
+   * Safe to call twice, but a second call finds no key and reports der_bytes 0 and
+   * readback_all_zero false: keep the first call's evidence (stop() memoizes it).
+   */
   destroy(destroyedAt: string): KeyDestructionEvidence {
     const wipe = (role: 'egress_ca' | 'egress_leaf', buf: Buffer | null) => {
       const n = buf?.length ?? 0;

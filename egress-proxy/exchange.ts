@@ -240,7 +240,15 @@ function send(
   ureq.on('response', (ures: IncomingMessage) => {
     clearTimeout(headersTimer);
     if (done) { ures.destroy(); return; }
-    status = ures.statusCode ?? 502;
+    // Node's parser passes any three digits (e.g. 099), but writeHead throws below 100: left
+    // unchecked, that throw would escape this listener and take the whole proxy down.
+    const code = ures.statusCode;
+    if (code === undefined || code < 100 || code > 999) {
+      ures.destroy();
+      abort('upstream_unreachable', 502, `upstream sent an invalid status (${String(code)})`);
+      return;
+    }
+    status = code;
     ureq.setTimeout(L.idleTimeoutMs);
     if (target.scheme === 'https') tls = tlsMetadata(ures.socket as TLSSocket);
     respContentType = one(ures.headers['content-type']);

@@ -2,7 +2,7 @@
 // fresh bwrap per exec over the same tmpfs, serialized per capsule), file
 // transfer, destroy (kill, wipe, zeroize, unmount, release, evidence).
 import { createHash } from 'node:crypto';
-import { chmodSync, chownSync, mkdirSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   RunnerError,
@@ -24,7 +24,7 @@ import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.j
 import { baseEnv, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
-import { wipeTree } from './wipe.js';
+import { wipeAndZeroize } from './wipe.js';
 import { attachEgress, caBundle, detachEgress, egressEnv, netnsPath, validateEgress, type EgressState } from './egress.js';
 
 export const CAPSULE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
@@ -106,7 +106,10 @@ function decodeB64(s: unknown, field: string, max: number): Buffer {
   }
   if ((s.length / 4) * 3 > max + 3) throw new RunnerError('too_large', `${field}: larger than ${max} bytes`);
   const b = Buffer.from(s, 'base64');
-  if (b.length > max) throw new RunnerError('too_large', `${field}: larger than ${max} bytes`);
+  if (b.length > max) {
+    b.fill(0);
+    throw new RunnerError('too_large', `${field}: larger than ${max} bytes`);
+  }
   return b;
 }
 
@@ -151,107 +154,109 @@ export class CapsuleManager {
     if (!imageRoot) throw new RunnerError('invalid', `runtime: unknown runtime ${JSON.stringify(runtime)}`);
     const env = validateEnv(req.env, 'env');
     const apps: { name: string; bytes: Buffer }[] = [];
-    if (req.app_files !== undefined) {
-      if (!Array.isArray(req.app_files) || req.app_files.length > 256) throw new RunnerError('invalid', 'app_files: must be a list of at most 256 files');
-      let total = 0;
-      const seen = new Set<string>();
-      req.app_files.forEach((f, i) => {
-        const name = validateFilename(f?.filename, `app_files[${i}].filename`);
-        if (seen.has(name)) throw new RunnerError('invalid', `app_files[${i}].filename: duplicate ${name}`);
-        seen.add(name);
-        const bytes = decodeB64(f.content_b64, `app_files[${i}].content_b64`, config.bounds.maxUploadBytes);
-        total += bytes.length;
-        apps.push({ name, bytes });
-      });
-      if (total > config.bounds.tmpfsMb * 1024 * 1024) throw new RunnerError('too_large', 'app_files: larger than the capsule tmpfs');
-    }
-    const egress = req.egress !== undefined && req.egress !== null ? validateEgress(req.egress) : null;
-    if (this.capsules.size + this.creating.size >= config.bounds.maxCapsules) throw new RunnerError('unavailable', 'runner is at its capsule limit');
-    const uid = this.d.uids.allocate();
-    if (uid === null) throw new RunnerError('unavailable', 'no free capsule uid in the configured range');
-
-    const tmpfsDir = join(capsulesDir(config.stateDir), id);
-    const statePath = `${tmpfsDir}.json`;
-    const record: CapsuleRecord = {
-      capsule_id: id,
-      host_uid: uid,
-      tmpfs_dir: tmpfsDir,
-      cgroup: this.d.cgroups.pathsFor(id),
-      created_at: this.d.clock.iso(),
-    };
-    const hostname = `capsule-${this.d.random.bytes(6).toString('hex')}`;
-    let mounted = false;
-    let cgroupMade = false;
-    let egressState: EgressState | null = null;
-    this.creating.add(id);
+    // Customer bytes: every decoded app file is zeroed however create ends (refusal, failure or success).
     try {
-      // The record goes first so that a crash from here on is found by recovery.
-      writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
-      mkdirSync(tmpfsDir, { mode: 0o711 });
-      await this.d.mounter.mount(tmpfsDir, config.bounds.tmpfsMb, config.bounds.tmpfsInodes);
-      mounted = true;
-      for (const sub of ['input', 'output', 'tmp']) {
-        mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
-        chownSync(join(tmpfsDir, sub), uid, uid);
+      if (req.app_files !== undefined) {
+        if (!Array.isArray(req.app_files) || req.app_files.length > 256) throw new RunnerError('invalid', 'app_files: must be a list of at most 256 files');
+        let total = 0;
+        const seen = new Set<string>();
+        req.app_files.forEach((f, i) => {
+          const name = validateFilename(f?.filename, `app_files[${i}].filename`);
+          if (seen.has(name)) throw new RunnerError('invalid', `app_files[${i}].filename: duplicate ${name}`);
+          seen.add(name);
+          const bytes = decodeB64(f.content_b64, `app_files[${i}].content_b64`, config.bounds.maxUploadBytes);
+          total += bytes.length;
+          apps.push({ name, bytes });
+        });
+        if (total > config.bounds.tmpfsMb * 1024 * 1024) throw new RunnerError('too_large', 'app_files: larger than the capsule tmpfs');
       }
-      if (apps.length > 0) {
-        const app = join(tmpfsDir, 'app');
-        mkdirSync(app, { mode: 0o755 });
-        for (const a of apps) {
-          writeFileInto(app, a.name, a.bytes, 0, 'app_files.filename');
-          a.bytes.fill(0);
+      const egress = req.egress !== undefined && req.egress !== null ? validateEgress(req.egress) : null;
+      if (this.capsules.size + this.creating.size >= config.bounds.maxCapsules) throw new RunnerError('unavailable', 'runner is at its capsule limit');
+      const uid = this.d.uids.allocate();
+      if (uid === null) throw new RunnerError('unavailable', 'no free capsule uid in the configured range');
+
+      const tmpfsDir = join(capsulesDir(config.stateDir), id);
+      const statePath = `${tmpfsDir}.json`;
+      const record: CapsuleRecord = {
+        capsule_id: id,
+        host_uid: uid,
+        tmpfs_dir: tmpfsDir,
+        cgroup: this.d.cgroups.pathsFor(id),
+        created_at: this.d.clock.iso(),
+      };
+      const hostname = `capsule-${this.d.random.bytes(6).toString('hex')}`;
+      let mounted = false;
+      let cgroupMade = false;
+      let egressState: EgressState | null = null;
+      this.creating.add(id);
+      try {
+        // The record goes first so that a crash from here on is found by recovery.
+        writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+        mkdirSync(tmpfsDir, { mode: 0o711 });
+        await this.d.mounter.mount(tmpfsDir, config.bounds.tmpfsMb, config.bounds.tmpfsInodes);
+        mounted = true;
+        for (const sub of ['input', 'output', 'tmp']) {
+          mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
+          chownSync(join(tmpfsDir, sub), uid, uid);
         }
+        if (apps.length > 0) {
+          const app = join(tmpfsDir, 'app');
+          mkdirSync(app, { mode: 0o755 });
+          for (const a of apps) {
+            writeFileInto(app, a.name, a.bytes, 0, 'app_files.filename');
+          }
+        }
+        this.d.cgroups.create(id, { memoryBytes: mem * 1024 * 1024, pidsMax: config.bounds.pidsMax, cpuWeight: config.bounds.cpuWeight });
+        cgroupMade = true;
+        if (egress) {
+          writeFileSync(join(tmpfsDir, EGRESS_CA_FILE), caBundle(imageRoot, egress.caPem), { mode: 0o644 });
+          record.egress = { netns: `capsule-${this.d.random.bytes(8).toString('hex')}`, relay_pid: null };
+          // Record the namespace name before creating it, and the relay pid once it runs (recovery).
+          writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+          egressState = await attachEgress(record.egress.netns, egress.proxySocket);
+          record.egress = egressState;
+          writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+        }
+      } catch (e) {
+        this.creating.delete(id);
+        if (egressState) await detachEgress(egressState);
+        else if (record.egress) await detachEgress(record.egress);
+        if (cgroupMade) void removeGroup(record.cgroup);
+        if (mounted) {
+          wipeAndZeroize(tmpfsDir, this.d.random.bytes(32));
+          await this.d.mounter.unmount(tmpfsDir);
+        }
+        rmSync(tmpfsDir, { recursive: true, force: true });
+        rmSync(statePath, { force: true });
+        this.d.uids.release(uid);
+        if (e instanceof RunnerError) throw e;
+        const code = (e as NodeJS.ErrnoException).code;
+        if (code === 'ENOSPC') throw new RunnerError('no_space', 'app_files: do not fit the capsule tmpfs');
+        throw new RunnerError('internal', `create failed: ${code ?? (e as Error).message}`);
       }
-      this.d.cgroups.create(id, { memoryBytes: mem * 1024 * 1024, pidsMax: config.bounds.pidsMax, cpuWeight: config.bounds.cpuWeight });
-      cgroupMade = true;
-      if (egress) {
-        writeFileSync(join(tmpfsDir, EGRESS_CA_FILE), caBundle(imageRoot, egress.caPem), { mode: 0o644 });
-        record.egress = { netns: `capsule-${this.d.random.bytes(8).toString('hex')}`, relay_pid: null };
-        // Record the namespace name before creating it, and the relay pid once it runs (recovery).
-        writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
-        egressState = await attachEgress(record.egress.netns, egress.proxySocket);
-        record.egress = egressState;
-        writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
-      }
-    } catch (e) {
       this.creating.delete(id);
-      if (egressState) await detachEgress(egressState);
-      else if (record.egress) await detachEgress(record.egress);
-      if (cgroupMade) void removeGroup(record.cgroup);
-      if (mounted) {
-        const key = this.d.random.bytes(32);
-        wipeTree(tmpfsDir, key);
-        key.fill(0);
-        await this.d.mounter.unmount(tmpfsDir);
-      }
-      rmSync(tmpfsDir, { recursive: true, force: true });
-      rmSync(statePath, { force: true });
-      this.d.uids.release(uid);
-      if (e instanceof RunnerError) throw e;
-      const code = (e as NodeJS.ErrnoException).code;
-      if (code === 'ENOSPC') throw new RunnerError('no_space', 'app_files: do not fit the capsule tmpfs');
-      throw new RunnerError('internal', `create failed: ${code ?? (e as Error).message}`);
+      this.capsules.set(id, {
+        record,
+        hostname,
+        imageRoot,
+        etcDir: etcDirFor(config.stateDir, imageRoot),
+        env: { ...baseEnv(hostname), ...(egressState ? egressEnv() : {}), ...env },
+        hasApp: apps.length > 0,
+        key: this.d.random.bytes(32),
+        state: 'live',
+        queue: Promise.resolve(),
+        running: 0,
+        abortRunning: null,
+        observations: [],
+        execCount: 0,
+        prepared: null,
+      });
+      const made = this.capsules.get(id)!;
+      made.prepared = this.prepare(made);
+      return { capsule_id: id, hostname, host_uid: uid, created_at: record.created_at };
+    } finally {
+      for (const a of apps) a.bytes.fill(0);
     }
-    this.creating.delete(id);
-    this.capsules.set(id, {
-      record,
-      hostname,
-      imageRoot,
-      etcDir: etcDirFor(config.stateDir, imageRoot),
-      env: { ...baseEnv(hostname), ...(egressState ? egressEnv() : {}), ...env },
-      hasApp: apps.length > 0,
-      key: this.d.random.bytes(32),
-      state: 'live',
-      queue: Promise.resolve(),
-      running: 0,
-      abortRunning: null,
-      observations: [],
-      execCount: 0,
-      prepared: null,
-    });
-    const made = this.capsules.get(id)!;
-    made.prepared = this.prepare(made);
-    return { capsule_id: id, hostname, host_uid: uid, created_at: record.created_at };
   }
 
   private spec(c: Capsule, command: string, env: Record<string, string>): SandboxSpec {
@@ -308,19 +313,23 @@ export class CapsuleManager {
     const env = validateEnv(req.env, 'env');
     let input: { dir: string; name: string; bytes: Buffer } | null = null;
     if (req.input_b64 !== undefined && req.input_b64 !== null) {
-      const bytes = decodeB64(req.input_b64, 'input_b64', bounds.maxInputBytes);
       const path = req.input_filename ?? '/data/input/data';
       if (typeof path !== 'string') throw new RunnerError('invalid', 'input_filename: must be a string');
       const prefix = Object.keys(INPUT_DIRS).find((p) => path.startsWith(p));
       if (!prefix) throw new RunnerError('invalid', 'input_filename: must be /data/input/<name>, /data/output/<name> or /tmp/<name>');
       const name = validateFilename(path.slice(prefix.length), 'input_filename');
+      // Decoded last: from here on `run` zeroes the bytes however it ends.
+      const bytes = decodeB64(req.input_b64, 'input_b64', bounds.maxInputBytes);
       input = { dir: join(c.record.tmpfs_dir, INPUT_DIRS[prefix]!), name, bytes };
     } else if (req.input_filename !== undefined) {
       throw new RunnerError('invalid', 'input_filename: given without input_b64');
     }
 
     const run = async (): Promise<ExecResult> => {
-      if (c.state !== 'live') throw new RunnerError('busy', `capsule_id: capsule ${c.record.capsule_id} is being destroyed`);
+      if (c.state !== 'live') {
+        input?.bytes.fill(0);
+        throw new RunnerError('busy', `capsule_id: capsule ${c.record.capsule_id} is being destroyed`);
+      }
       c.running++;
       try {
         if (input) {
@@ -331,7 +340,6 @@ export class CapsuleManager {
           }
         }
         const executedAt = this.d.clock.iso();
-        c.execCount++;
         const prepared = c.prepared;
         c.prepared = null;
         const r = await runExec({
@@ -350,6 +358,7 @@ export class CapsuleManager {
             c.abortRunning = abort;
           },
         });
+        c.execCount++; // counted once it ran: evidence step 1 reports this number
         return {
           stdout: r.stdout,
           stderr: r.stderr,
@@ -376,13 +385,13 @@ export class CapsuleManager {
   }
 
   upload(params: { capsule_id: string; filename: string }, body: Buffer): FileEntry {
-    const c = this.get(params?.capsule_id);
-    const name = validateFilename(params.filename);
-    if (body.length > this.d.config.bounds.maxUploadBytes) throw new RunnerError('too_large', `body: larger than ${this.d.config.bounds.maxUploadBytes} bytes`);
     try {
+      const c = this.get(params?.capsule_id);
+      const name = validateFilename(params.filename);
+      if (body.length > this.d.config.bounds.maxUploadBytes) throw new RunnerError('too_large', `body: larger than ${this.d.config.bounds.maxUploadBytes} bytes`);
       return writeFileInto(join(c.record.tmpfs_dir, 'input'), name, body, c.record.host_uid);
     } finally {
-      body.fill(0);
+      body.fill(0); // also when refused: the customer's bytes never outlive the call
     }
   }
 
@@ -422,6 +431,8 @@ export class CapsuleManager {
       }).catch(() => undefined);
     }
     await this.dropPrepared(c);
+    // WARNING: if teardown throws, the capsule stays 'destroying' (every later call gets busy)
+    // until the runner restarts and recovery wipes it; teardown's steps therefore report, not throw.
     const result = await this.teardown(c, commandWasRunning);
     this.capsules.delete(c.record.capsule_id);
     return result;
@@ -432,10 +443,10 @@ export class CapsuleManager {
     const cgEmpty = await killGroup(r.cgroup);
     const egress = r.egress ? await detachEgress(r.egress) : null;
     const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
-    const wipe = wipeTree(r.tmpfs_dir, c.key);
-    c.key.fill(0);
-    const keyZero = c.key.every((b) => b === 0);
-    const unmounted = await this.d.mounter.unmount(r.tmpfs_dir);
+    const wipe = wipeAndZeroize(r.tmpfs_dir, c.key);
+    const keyZero = wipe.keyReadbackZero;
+    const unmount = await this.d.mounter.unmount(r.tmpfs_dir);
+    const unmounted = unmount.gone;
     const removed = cgEmpty ? await removeGroup(r.cgroup) : false;
     const owned = processesOwnedBy(r.host_uid);
     const released = owned.pids.length === 0;
@@ -464,6 +475,7 @@ export class CapsuleManager {
       uid: { host_uid: r.host_uid, processes_after: owned.pids.length, zombies_after: owned.zombies, processes_scanned: owned.scanned, released },
       cgroup: { mode: r.cgroup.mode, empty: cgEmpty && groupPids(r.cgroup).length === 0, removed },
       tmpfsUnmounted: unmounted && !isMounted(r.tmpfs_dir),
+      tmpfsDetachedLazily: unmount.lazy,
       stateRemoved,
       commandWasRunning,
       egress,
@@ -481,14 +493,5 @@ export class CapsuleManager {
         /* recovery on next start covers it */
       }
     }
-  }
-}
-
-/** For recovery: remove an empty tmpfs directory left without a mount. */
-export function removeDirIfEmpty(dir: string): void {
-  try {
-    rmdirSync(dir);
-  } catch {
-    /* not empty or gone */
   }
 }

@@ -112,7 +112,10 @@ export async function attachEgress(name: string, proxySocket: string): Promise<E
 
 /** Kills the relay (its whole process group) and deletes the namespace; returns whether both are gone. */
 export async function detachEgress(s: EgressState): Promise<{ relay_stopped: boolean; netns_removed: boolean }> {
-  if (s.relay_pid) {
+  // WARNING: a relay that already died leaves its pid (and so its process group
+  // id) free for reuse by any host process. Signal the group only while its
+  // leader still lives in the capsule's namespace; the sweep below covers the rest.
+  if (s.relay_pid && inNetns(s.relay_pid, netnsId(s.netns))) {
     try {
       // The relay and its per-connection children share its process group (detached spawn).
       process.kill(-s.relay_pid, 'SIGKILL');
@@ -138,20 +141,32 @@ export async function detachEgress(s: EgressState): Promise<{ relay_stopped: boo
   return { relay_stopped: left.length === 0, netns_removed: !existsSync(netnsPath(s.netns)) };
 }
 
+/** The named namespace as /proc/<pid>/ns/net shows it (`net:[inode]`), or null when it is gone. */
+function netnsId(name: string): string | null {
+  try {
+    return `net:[${statSync(netnsPath(name)).ino}]`;
+  } catch {
+    return null;
+  }
+}
+
+function inNetns(pid: number, id: string | null): boolean {
+  try {
+    return id !== null && readlinkSync(`/proc/${pid}/ns/net`) === id;
+  } catch {
+    return false;
+  }
+}
+
 /** Live (non-zombie) processes whose network namespace is the named one. */
 function processesInNetns(name: string): number[] {
-  let inode: number;
-  try {
-    inode = statSync(netnsPath(name)).ino;
-  } catch {
-    return [];
-  }
-  const want = `net:[${inode}]`;
+  const want = netnsId(name);
+  if (want === null) return [];
   const out: number[] = [];
   for (const p of readdirSync('/proc')) {
     if (!/^\d+$/.test(p)) continue;
     try {
-      if (readlinkSync(`/proc/${p}/ns/net`) !== want) continue;
+      if (!inNetns(Number(p), want)) continue;
       const st = readFileSync(`/proc/${p}/stat`, 'utf8');
       if (st[st.lastIndexOf(')') + 2] !== 'Z') out.push(Number(p));
     } catch {

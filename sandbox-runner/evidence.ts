@@ -21,6 +21,8 @@ export interface DestroyMeasurements {
   uid: { host_uid: number; processes_after: number; zombies_after: number; processes_scanned: number; released: boolean };
   cgroup: { mode: string; empty: boolean; removed: boolean };
   tmpfsUnmounted: boolean;
+  /** The unmount was only a lazy detach (the tmpfs was busy). */
+  tmpfsDetachedLazily: boolean;
   stateRemoved: boolean;
   commandWasRunning: boolean;
   /** Egress capsules: relay stopped and namespace removed; null without egress. */
@@ -121,6 +123,8 @@ export function buildEvidence(m: DestroyMeasurements): StepEvidence[] {
       cgroup_empty: m.cgroup.empty,
       cgroup_removed: m.cgroup.removed,
       tmpfs_unmounted: m.tmpfsUnmounted,
+      // true: busy, so only detached (MNT_DETACH); the tmpfs lives on until its last holder closes it
+      tmpfs_detached_lazily: m.tmpfsDetachedLazily,
       uid_released: m.uid.released,
       state_removed: m.stateRemoved,
       egress_relay_stopped: m.egress ? m.egress.relay_stopped : null,

@@ -3,12 +3,13 @@
 // process of the exec outlives it.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { constants } from 'node:os';
 import type { Readable, Writable } from 'node:stream';
 import { groupPids, killGroup, oomKills, procsFiles, signalGroup, type CapsuleCgroupPaths } from './cgroup.js';
 import type { Clock } from './clock.js';
 import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
 import { argFileText, BLOCK_FD, GO_FD, INFO_FD, sandboxArgv, wrapperArgv, type SandboxSpec } from './sandbox.js';
-import type { ExecResult } from '../shared/runner-protocol.js';
+import { RunnerError, type ExecResult } from '../shared/runner-protocol.js';
 
 /** The wire result less its timestamp (stamped by the caller), plus what the sweep found. */
 export interface ExecOutcome extends Omit<ExecResult, 'executed_at'> {
@@ -82,6 +83,8 @@ class Capture {
   }
 }
 
+const { signals } = constants;
+
 const HOST_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
 /** Starts the wrapper of the next exec (it joins the cgroups, then waits). */
@@ -105,11 +108,21 @@ export function prepareExec(cgroupProcsFiles: string[], argFile: string, seccomp
   return p;
 }
 
-export function runExec(p: ExecParams): Promise<ExecOutcome> {
+// async: a failure before the exec starts is a rejection, never a synchronous
+// throw past a caller's .catch (destroy's probe relies on that).
+export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   const observing = p.observe !== undefined;
   const prepared = p.prepared && p.prepared.alive ? p.prepared : prepareExec(procsFiles(p.cgroup), p.argFile, p.seccompPath);
   const child = prepared.child;
-  writeFileSync(p.argFile, argFileText(sandboxArgv({ ...p.spec, block: observing }), observing), { mode: 0o600 });
+  try {
+    writeFileSync(p.argFile, argFileText(sandboxArgv({ ...p.spec, block: observing }), observing), { mode: 0o600 });
+  } catch (e) {
+    // WARNING: the wrapper already waits inside the capsule's cgroup; left alive it would hold a pid until destroy.
+    child.kill('SIGKILL');
+    // The capsule can fill its own tmpfs (blocks or inodes); the argument file lives there.
+    if ((e as NodeJS.ErrnoException).code === 'ENOSPC') throw new RunnerError('no_space', 'command: the capsule tmpfs is full (no room to start the exec)');
+    throw e;
+  }
   const oomBefore = oomKills(p.cgroup);
   const start = p.clock.monotonicMs();
   const stdio = child.stdio as unknown as (Readable | Writable | null)[];
@@ -194,7 +207,8 @@ export function runExec(p: ExecParams): Promise<ExecOutcome> {
         const leftover = groupPids(p.cgroup).length;
         if (leftover > 0) await killGroup(p.cgroup);
         const oom = oomSeen || oomKills(p.cgroup) > oomBefore;
-        const sigNum = signal ? ({ SIGKILL: 9, SIGTERM: 15 } as Record<string, number>)[signal] ?? 1 : 0;
+        // The shell convention 128 + signal number, for any signal (not only KILL and TERM).
+        const sigNum = signal ? signals[signal] : 0;
         resolve({
           stdout: out.text(),
           stderr: err.text(),

@@ -9,7 +9,7 @@ import { CAPSULE_ID_RE, capsulesDir, type CapsuleRecord } from './capsule.js';
 import type { Clock, Random } from './clock.js';
 import { recoverEgress } from './egress.js';
 import { isMounted, type Mounter } from './tmpfs.js';
-import { wipeTree } from './wipe.js';
+import { wipeAndZeroize } from './wipe.js';
 
 export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, mounter: Mounter, clock: Clock, random: Random): Promise<LostCapsule[]> {
   const dir = capsulesDir(stateDir);
@@ -38,9 +38,7 @@ export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, 
     if (fresh.memory !== paths.memory) await killGroup(fresh);
     let wipe = null;
     if (isMounted(tmpfsDir)) {
-      const key = random.bytes(32);
-      wipe = wipeTree(tmpfsDir, key).report;
-      key.fill(0);
+      wipe = wipeAndZeroize(tmpfsDir, random.bytes(32)).report;
       await mounter.unmount(tmpfsDir);
     }
     await removeGroup(paths);

@@ -172,8 +172,3 @@ export function compilePolicy(p: SeccompPolicy): Buffer {
   });
   return buf;
 }
-
-/** Syscalls the policy allows outright or conditionally (for docs and evidence). */
-export function allowedNames(p: SeccompPolicy): string[] {
-  return p.syscalls.filter((r) => !r.errno).map((r) => r.name);
-}

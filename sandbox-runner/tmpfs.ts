@@ -27,6 +27,10 @@ for line in sys.stdin:
         if r != 0 and err == EBUSY:
             r = libc.umount2(f[1].encode(), MNT_DETACH)
             err = ctypes.get_errno()
+            if r == 0:
+                sys.stdout.write("ok lazy\n")
+                sys.stdout.flush()
+                continue
     sys.stdout.write("ok\n" if r == 0 else "err %d\n" % err)
     sys.stdout.flush()
 `;
@@ -89,14 +93,19 @@ export class Mounter {
     if (r.status !== 0) throw new TmpfsError(`mount tmpfs at ${dir} failed: ${(r.stderr || '').trim()}`);
   }
 
-  /** Unmounts dir (lazily if still busy); returns whether it is gone from our mount table. */
-  async unmount(dir: string): Promise<boolean> {
+  /**
+   * Unmounts dir, lazily (MNT_DETACH) if still busy. gone: it left our mount
+   * table; lazy: only detached, so the filesystem lives on while something
+   * still holds it open (evidence reports this apart).
+   */
+  async unmount(dir: string): Promise<{ gone: boolean; lazy: boolean }> {
     const reply = await this.ask(['umount', dir]);
+    let lazy = reply === 'ok lazy';
     if (reply === null) {
       const r = spawnSync('umount', [dir], { encoding: 'utf8' });
-      if (r.status !== 0 && isMounted(dir)) spawnSync('umount', ['-l', dir]);
+      if (r.status !== 0 && isMounted(dir)) lazy = spawnSync('umount', ['-l', dir]).status === 0;
     }
-    return !isMounted(dir);
+    return { gone: !isMounted(dir), lazy };
   }
 
   close(): void {

@@ -152,3 +152,17 @@ export function wipeTree(root: string, key: Buffer): WipeOutcome {
     errors,
   };
 }
+
+/**
+ * wipeTree, then overwrites key with zeros however the wipe ends (also when
+ * it throws), and reads the key back: the one way the runner wipes with a key.
+ */
+export function wipeAndZeroize(root: string, key: Buffer): WipeOutcome & { keyReadbackZero: boolean } {
+  let out: WipeOutcome;
+  try {
+    out = wipeTree(root, key);
+  } finally {
+    key.fill(0);
+  }
+  return { ...out, keyReadbackZero: key.every((b) => b === 0) };
+}

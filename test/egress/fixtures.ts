@@ -140,6 +140,11 @@ export async function startUpstreams(pki: Pki) {
     s.on('error', () => {});
     s.once('data', () => s.end(`HTTP/1.1 200 OK\r\nx-fat: ${'a'.repeat(64 * 1024)}\r\ncontent-length: 0\r\n\r\n`));
   });
+  // A status line Node's parser accepts but no HTTP server may send back (below 100).
+  const badStatus = createTlsServer({ key: pki.serverKey, cert: pki.serverCert }, (s) => {
+    s.on('error', () => {});
+    s.once('data', () => s.end('HTTP/1.1 099 Odd\r\ncontent-length: 0\r\n\r\n'));
+  });
   // TLS handshake failure: accepts TCP, answers the ClientHello with garbage and closes.
   const badTls = createNetServer((s) => { s.on('error', () => {}); s.once('data', () => s.end(Buffer.from('not tls at all\r\n'))); });
   const ports = {
@@ -149,12 +154,13 @@ export async function startUpstreams(pki: Pki) {
     loris: await listenLocal(loris as unknown as Server),
     badTls: await listenLocal(badTls),
     fatHeaders: await listenLocal(fatHeaders as unknown as Server),
+    badStatus: await listenLocal(badStatus as unknown as Server),
   };
   // A port with nothing listening: bind, read the port, close.
   const tmp = createNetServer();
   ports['refused' as keyof typeof ports] = await listenLocal(tmp);
   await new Promise((r) => tmp.close(r));
-  const all = [https, http, rogue, loris, badTls, fatHeaders] as unknown as Server[];
+  const all = [https, http, rogue, loris, badTls, fatHeaders, badStatus] as unknown as Server[];
   return {
     seen,
     ports: ports as typeof ports & { refused: number },

@@ -30,7 +30,8 @@ const proxy = await startEgressProxy({
     { kind: 'domain', value: 'meta.egress.test', port: 80 },
     // Loopback upstreams need the address named explicitly (loopback is refused otherwise).
     { kind: 'domain', value: 'api.egress.test', port: P.fatHeaders },
-    ...[P.https, P.http, P.rogue, P.refused, P.badTls, P.loris, P.fatHeaders].map((port) => ({ kind: 'ip_v4' as const, value: '127.0.0.1', port })),
+    { kind: 'domain', value: 'api.egress.test', port: P.badStatus },
+    ...[P.https, P.http, P.rogue, P.refused, P.badTls, P.loris, P.fatHeaders, P.badStatus].map((port) => ({ kind: 'ip_v4' as const, value: '127.0.0.1', port })),
   ],
   declaration: ['api.egress.test', 'decl-only.egress.test', 'unlisted-ip.egress.test', 'meta.egress.test', '127.0.0.1'],
   extraCaPem: pki.caPem,
@@ -256,6 +257,17 @@ t.test('hostile upstream: huge streamed response is cut at the bound; the client
 t.test('hostile upstream: oversized response headers -> 502', async (t) => {
   const r = await curl(`https://api.egress.test:${P.fatHeaders}/json`);
   t.equal(split(r.stdout).status, 502);
+});
+
+t.test('hostile upstream: a status below 100 -> 502, recorded without a status, and the proxy lives on', async (t) => {
+  events.length = 0;
+  const r = await curl(`https://api.egress.test:${P.badStatus}/json`);
+  t.equal(split(r.stdout).status, 502);
+  const ev = eventsOf(events, 'SealedHttpRequest')[0];
+  t.equal(ev?.status, null, 'no HTTP status is claimed');
+  t.equal(ev?.outcome, 'upstream_unreachable');
+  const next = await curl(`https://api.egress.test:${P.https}/json?n=3`);
+  t.equal(split(next.stdout).status, 200);
 });
 
 t.test('hostile client: a CONNECT tunnel that never starts TLS is closed after the idle bound', async (t) => {

@@ -142,6 +142,7 @@ t.test('bad input: exit 2 with one clear line, never a stack trace', async (t) =
     ['no file', [], /no proof file given/],
     ['unknown option', ['--fast', 'x'], /unknown option --fast/],
     ['stdin twice', ['-', '-'], /only once/],
+    ['endless device', ['/dev/zero'], /larger than 256 MiB/],
   ];
   for (const [name, args, msg] of cases) {
     const r = run(args, '');

@@ -98,6 +98,7 @@ t.test('capsule lifecycle over the socket', async (t) => {
   t.equal(life['cgroup_empty'], true);
   t.equal(life['cgroup_removed'], true);
   t.equal(life['tmpfs_unmounted'], true);
+  t.equal(life['tmpfs_detached_lazily'], false, 'nothing held it: a real unmount');
   t.equal(life['host_swap_active'], false);
   t.notOk(existsSync(tmpfsDir), 'tmpfs dir removed');
   t.notOk(existsSync(`${tmpfsDir}.json`), 'state record removed');
@@ -113,6 +114,33 @@ t.test('destroy of a capsule that never ran still observes its sandbox', async (
   const ns = d.evidence[0] as { all_required_distinct: boolean; observations: { observed_during: string }[] };
   t.equal(ns.all_required_distinct, true);
   t.equal(ns.observations[0]?.observed_during, 'destroy_probe', 'says how it was observed');
+});
+
+t.test('a capsule whose tmpfs is full still runs its exec bookkeeping and is destroyed', async (t) => {
+  const r = await startRunner({ options: { tmpfs_inodes: '64' } });
+  t.teardown(() => r.stop());
+  const c = r.client;
+  await c.create({ capsule_id: 'full', memory_mb: 64 });
+  // Use up every inode with uploads, before any exec has written its argument file.
+  let n = 0;
+  for (;;) {
+    const e = await c.upload('full', `f${n}`, Buffer.from('x')).then(() => null, (x: unknown) => x);
+    if (e) {
+      t.equal((e as RunnerError).code, 'no_space', 'uploads stop with no_space');
+      break;
+    }
+    if (++n > 200) break;
+  }
+  t.ok(n > 0 && n < 64, `inodes used up by ${n} uploads`);
+  await t.rejects(c.exec({ capsule_id: 'full', command: 'true', timeout_ms: 5000 }), { code: 'no_space' }, 'exec says the tmpfs is full');
+  const d = await c.destroy('full');
+  const ns = d.evidence[0] as { execs: number; observations: unknown[]; all_required_distinct: boolean };
+  t.equal(ns.execs, 0, 'the refused exec is not counted as run');
+  t.same(ns.observations, [], 'no sandbox could start, so none was observed');
+  t.equal(ns.all_required_distinct, false, 'and nothing is claimed about its namespaces');
+  t.equal(d.wipe.files, n, 'every uploaded file wiped');
+  t.equal(d.wipe.readback_verified, true);
+  t.same(await c.list(), [], 'capsule gone');
 });
 
 t.test('errors surface as RunnerError', async (t) => {

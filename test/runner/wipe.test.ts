@@ -91,6 +91,7 @@ t.test('destroy leaves no marker in the pages the capsule used', async (t) => {
   t.equal(d.wipe.readback_verified, true);
   t.ok(d.wipe.bytes_overwritten >= 8 * MiB);
   t.equal((d.evidence[7] as Record<string, unknown>)['tmpfs_unmounted'], true, 'unmounted (lazily: we held fds)');
+  t.equal((d.evidence[7] as Record<string, unknown>)['tmpfs_detached_lazily'], true, 'evidence says the unmount was only a lazy detach');
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8');
   t.notOk(mounts.includes(dir), 'gone from the mount table');
   for (const fd of held) {
