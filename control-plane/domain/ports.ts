@@ -25,6 +25,8 @@ export interface NewAccount {
   billing_cycle_start: string;
 }
 
+export type InsertCapsuleOutcome = 'ok' | 'capsulefile_gone' | 'egress_profile_gone';
+
 export type ReserveOutcome = 'ok' | 'capsules_per_month' | 'concurrent_capsules' | 'cdp_limit';
 
 export type IdempotencyClaim =
@@ -77,8 +79,13 @@ export interface Store {
   unreserveCapsule(customerId: string): Promise<void>;
 
   // Capsules
-  /** Inserts the capsule and its first activity event in one transaction. */
-  insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<void>;
+  /**
+   * Inserts the capsule and its first activity event in one transaction that
+   * first locks the rows the capsule pins (its finalized Capsulefile, its egress
+   * profile) and inserts nothing when one is gone: a DELETE of either is
+   * ordered before or after the insert, never beside it.
+   */
+  insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<InsertCapsuleOutcome>;
   getCapsule(id: string): Promise<Capsule | null>;
   listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage>;
   /** Compare-and-set on status; true when the row moved. */

@@ -3,7 +3,7 @@
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
 import type { ExecResult, FileEntry } from '../../shared/runner-protocol.js';
-import type { ApiForm, Caller, Capsule, CapsulePage, DataClassification, EgressSpec, RunningEgress } from '../domain/index.js';
+import type { ApiForm, Caller, Capsule, CapsulePage, DataClassification, EgressSpec, InsertCapsuleOutcome, RunningEgress } from '../domain/index.js';
 import { EgressConfigError, LIVE_STATUSES } from '../domain/index.js';
 import { cycleStart, isoMicros } from './clock.js';
 import type { Deps } from './deps.js';
@@ -143,8 +143,15 @@ export class CapsuleService {
       await this.d.store.unreserveCapsule(a.customer_id);
       throw fromRunner(e, 'capsule');
     }
+    // Nothing half-written: the runner's capsule goes, the slot comes back.
+    const undoStarted = async (): Promise<void> => {
+      await this.d.runner.destroy(id).catch(() => undefined);
+      await dropEgress();
+      await this.d.store.unreserveCapsule(a.customer_id);
+    };
+    let inserted: InsertCapsuleOutcome;
     try {
-      await this.d.store.insertCapsule(capsule, {
+      inserted = await this.d.store.insertCapsule(capsule, {
         type: 'CapsuleStarted', at: capsule.created_at,
         fields: {
           data_classification: capsule.data_classification, jurisdiction: capsule.jurisdiction, region: this.d.region,
@@ -154,11 +161,16 @@ export class CapsuleService {
         },
       });
     } catch (e) {
-      // Nothing half-written: the runner's capsule goes, the slot comes back.
-      await this.d.runner.destroy(id).catch(() => undefined);
-      await dropEgress();
-      await this.d.store.unreserveCapsule(a.customer_id);
+      await undoStarted();
       throw e;
+    }
+    if (inserted !== 'ok') {
+      // A DELETE of the pinned Capsulefile or profile committed while the runner
+      // was creating: the create answers as if it came after the delete.
+      await undoStarted();
+      throw inserted === 'capsulefile_gone'
+        ? new ApiError('resource_not_found', 'capsulefile_id: Capsulefile not found')
+        : new ApiError('resource_not_found', 'egress_profile_id: egress profile not found');
     }
     rowReady.open();
     this.d.log.info({ capsule_id: id, customer_id: a.customer_id }, 'capsule created');

@@ -151,9 +151,9 @@ export class SqlCapsulefileStore implements CapsulefileStore {
     });
   }
 
-  // WARNING: a capsule row committed after the live-user count below (a create
-  // pinning this Capsulefile at the same moment) is not seen; see
-  // docs/CAPSULEFILE.md "Known limit". Proofs stay right: the capsule keeps the hash.
+  // The row lock orders this against a capsule create pinning the Capsulefile:
+  // its insert locks the same row first (SqlStore.insertCapsule), so the count
+  // below sees every capsule committed before, and none can commit after.
   async deleteCapsulefile(id: string): Promise<DeleteOutcome> {
     return this.em().transactional(async (em) => {
       if (!(await this.lock(em, id, null))) return 'missing';

@@ -6,7 +6,7 @@ import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ApiError } from '../../shared/errors.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 import type {
-  ActivitySide, Account, Capsule, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
+  ActivitySide, Account, Capsule, InsertCapsuleOutcome, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
   NewAccount, ReserveOutcome, Store, StoredProof, Tier,
 } from '../domain/index.js';
 import {
@@ -142,7 +142,7 @@ export class SqlStore implements Store {
   }
 
   // ---- capsules
-  async insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<void> {
+  async insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<InsertCapsuleOutcome> {
     const row: CapsuleRow = {
       id: c.id, customer_id: c.customer_id, status: c.status, api_form: c.api_form, ttl_seconds: c.ttl_seconds,
       created_at: c.created_at, expires_at: c.expires_at, data_classification: c.data_classification,
@@ -152,9 +152,21 @@ export class SqlStore implements Store {
       egress_profile_id: c.egress_profile_id,
     };
     try {
-      await this.em().transactional(async (em) => {
+      return await this.em().transactional(async (em) => {
+        // The no-op UPDATEs take the same row locks as the DELETEs of the Capsulefile
+        // and the profile, which count live capsules after locking: either the delete
+        // committed first (the row is gone here) or it sees this capsule.
+        if (c.capsulefile_id !== null
+          && (await this.run(`update "capsulefiles" set "status" = "status" where "id" = ? and "status" = 'finalized'`, [c.capsulefile_id], em)) !== 1) {
+          return 'capsulefile_gone';
+        }
+        if (c.egress_profile_id !== null
+          && (await this.run('update "egress_profiles" set "name" = "name" where "id" = ?', [c.egress_profile_id], em)) !== 1) {
+          return 'egress_profile_gone';
+        }
         await em.insert(CapsuleEntity, { ...row, activity_seq: 1 });
         await em.insert(ActivityEntity, { capsule_id: c.id, seq: 1, type: first.type, at: first.at, fields: JSON.stringify(first.fields) });
+        return 'ok';
       });
     } catch (e) { conflict(e, 'id: capsule id already exists'); }
   }
