@@ -140,7 +140,12 @@ export interface EgressProfileStore {
   updateProfile(id: string, set: { name?: string; description?: string }): Promise<EgressProfile | null>;
   /** Refuses ('in_use') while a live capsule references the profile; rules go with it. */
   deleteProfile(id: string): Promise<ProfileDeleteOutcome>;
-  insertRule(r: EgressRule): Promise<void>;
+  /**
+   * Inserts the rule in a transaction that locks its profile row (as the
+   * profile DELETE does) and counts its rules: 'missing' when the profile is
+   * gone, 'limit' when it already holds `maxPerProfile` rules.
+   */
+  insertRule(r: EgressRule, maxPerProfile: number): Promise<'ok' | 'missing' | 'limit'>;
   getRule(id: string): Promise<EgressRule | null>;
   /** Rules of one profile (profileId) or of the whole account (null), oldest first. */
   listRules(customerId: string, profileId: string | null, limit: number, cursor: string | null): Promise<EgressRulePage>;

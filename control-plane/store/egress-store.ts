@@ -47,6 +47,11 @@ export class SqlEgressProfileStore implements EgressProfileStore {
     return num(res.affectedRows ?? res.rowCount ?? 0);
   }
 
+  /** Locks the profile row for the rest of the transaction (a no-op UPDATE); 1 when it exists. */
+  private lockProfile(em: SqlEntityManager, id: string): Promise<number> {
+    return this.run(em, 'update "egress_profiles" set "name" = "name" where "id" = ?', [id]);
+  }
+
   async insertProfile(p: EgressProfile): Promise<void> {
     try { await this.em().insert(EgressProfileEntity, { ...p }); } catch (e) { conflict(e, 'name', 'an egress profile with this name already exists in this account'); }
   }
@@ -81,7 +86,7 @@ export class SqlEgressProfileStore implements EgressProfileStore {
 
   async deleteProfile(id: string): Promise<ProfileDeleteOutcome> {
     return this.em().transactional(async (em) => {
-      if ((await this.run(em, 'update "egress_profiles" set "name" = "name" where "id" = ?', [id])) !== 1) return 'missing';
+      if ((await this.lockProfile(em, id)) !== 1) return 'missing';
       const rows = (await em.getConnection().execute(
         `select count(*) as "n" from "capsules" where "egress_profile_id" = ? and "status" in (${LIVE.map(() => '?').join(', ')})`,
         [id, ...LIVE], 'all', em.getTransactionContext())) as { n: unknown }[];
@@ -92,8 +97,18 @@ export class SqlEgressProfileStore implements EgressProfileStore {
     });
   }
 
-  async insertRule(r: EgressRule): Promise<void> {
-    try { await this.em().insert(EgressRuleEntity, { ...r }); } catch (e) { conflict(e, 'value', 'this profile already has a rule with this kind, value and port'); }
+  async insertRule(r: EgressRule, maxPerProfile: number): Promise<'ok' | 'missing' | 'limit'> {
+    try {
+      return await this.em().transactional(async (em) => {
+        // Locked like deleteProfile: a rule never lands on a profile being deleted, and concurrent adds count in turn.
+        if ((await this.lockProfile(em, r.profile_id)) !== 1) return 'missing';
+        const rows = (await em.getConnection().execute('select count(*) as "n" from "egress_rules" where "profile_id" = ?',
+          [r.profile_id], 'all', em.getTransactionContext())) as { n: unknown }[];
+        if (num(rows[0]?.n ?? 0) >= maxPerProfile) return 'limit';
+        await em.insert(EgressRuleEntity, { ...r });
+        return 'ok';
+      });
+    } catch (e) { conflict(e, 'value', 'this profile already has a rule with this kind, value and port'); }
   }
 
   async getRule(id: string): Promise<EgressRule | null> {
