@@ -10,8 +10,8 @@ import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 import { fromRunner } from './runner-errors.js';
 import type { RecoveryGate } from './recovery.js';
-import type { CapsulefileService } from './capsulefiles.js';
-import { requireEgressTier, type EgressProfileService } from './egress-profiles.js';
+import { notFound as capsulefileNotFound, type CapsulefileService } from './capsulefiles.js';
+import { profileNotFound, requireEgressTier, type EgressProfileService } from './egress-profiles.js';
 import { gate, type EgressSessions } from './egress-sessions.js';
 
 export const DEFAULT_TTL_SECONDS = 300;
@@ -168,18 +168,15 @@ export class CapsuleService {
       // A DELETE of the pinned Capsulefile or profile committed while the runner
       // was creating: the create answers as if it came after the delete.
       await undoStarted();
-      throw inserted === 'capsulefile_gone'
-        ? new ApiError('resource_not_found', 'capsulefile_id: Capsulefile not found')
-        : new ApiError('resource_not_found', 'egress_profile_id: egress profile not found');
+      throw inserted === 'capsulefile_gone' ? capsulefileNotFound('capsulefile_id') : profileNotFound('egress_profile_id');
     }
     rowReady.open();
     this.d.log.info({ capsule_id: id, customer_id: a.customer_id }, 'capsule created');
     return capsule;
   }
 
-  /** The command an exec without `command` runs: the pinned Capsulefile's entrypoint. */
-  async entrypointFor(caller: Caller, id: string): Promise<string> {
-    const c = await this.owned(caller, id);
+  /** The command an exec without `command` runs on `c` (loaded by owned()): the pinned Capsulefile's entrypoint. */
+  async entrypointFor(c: Capsule): Promise<string> {
     const cf = c.capsulefile_id === null ? null : await this.d.capsulefiles.getCapsulefile(c.capsulefile_id);
     if (!cf) throw invalid('command', 'is required (the capsule has no Capsulefile entrypoint)');
     return cf.definition.entrypoint;

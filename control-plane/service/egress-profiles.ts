@@ -17,7 +17,7 @@ export const PROFILE_DESCRIPTION_MAX = 1000;
 /** Bound on one profile's rules: the proxy compiles them per capsule. */
 export const RULES_PER_PROFILE_MAX = 500;
 
-const profileNotFound = (field?: string): ApiError =>
+export const profileNotFound = (field?: string): ApiError =>
   new ApiError('resource_not_found', `${field ? `${field}: ` : ''}egress profile not found`);
 const ruleNotFound = (): ApiError => new ApiError('resource_not_found', 'egress rule not found');
 
