@@ -30,6 +30,8 @@ export interface CreateInput {
 /** Tracks in-process state the database does not need: running execs, destroys under way. */
 export class LiveState {
   readonly destroying = new Set<string>();
+  /** Capsules the runner may hold before their row exists (create in flight): recovery leaves them alone. */
+  readonly creating = new Set<string>();
   private readonly running = new Map<string, number>();
   begin(id: string): number { const n = (this.running.get(id) ?? 0) + 1; this.running.set(id, n); return n; }
   end(id: string): number {
@@ -105,6 +107,20 @@ export class CapsuleService {
       egress_profile_id: egressProfileId, metadata: input.metadata, execution_count: 0, bytes_processed: 0, destroyed_at: null,
       billable: caller.key_mode === 'live',
     };
+    this.live.creating.add(id);
+    try {
+      return await this.start(capsule, egressRules, memoryMb, pinned);
+    } finally {
+      this.live.creating.delete(id);
+    }
+  }
+
+  /** Proxy, runner sandbox, then the row; undone on any failure. The quota slot is already reserved. */
+  private async start(
+    capsule: Capsule, egressRules: EgressSpec['rules'] | null, memoryMb: number, pinned: Awaited<ReturnType<CapsulefileService['forCapsule']>> | null,
+  ): Promise<Capsule> {
+    const { id, customer_id: customerId } = capsule;
+    const def = pinned?.capsulefile.definition;
     // The proxy starts before the runner's capsule (the runner bridges its socket); its events wait for the row.
     const rowReady = gate();
     let egress: RunningEgress | null = null;
@@ -116,7 +132,7 @@ export class CapsuleService {
           ...(def?.mcp_policy !== undefined ? { mcpPolicy: def.mcp_policy } : {}),
         }, rowReady);
       } catch (e) {
-        await this.d.store.unreserveCapsule(a.customer_id);
+        await this.d.store.unreserveCapsule(customerId);
         if (e instanceof EgressConfigError) {
           const field = /^(\w+):/.exec(e.message)?.[1] ?? 'egress_profile_id';
           throw new ApiError('invalid_parameters', e.message, { extra: { field } });
@@ -140,14 +156,14 @@ export class CapsuleService {
       });
     } catch (e) {
       await dropEgress();
-      await this.d.store.unreserveCapsule(a.customer_id);
+      await this.d.store.unreserveCapsule(customerId);
       throw fromRunner(e, 'capsule');
     }
     // Nothing half-written: the runner's capsule goes, the slot comes back.
     const undoStarted = async (): Promise<void> => {
       await this.d.runner.destroy(id).catch(() => undefined);
       await dropEgress();
-      await this.d.store.unreserveCapsule(a.customer_id);
+      await this.d.store.unreserveCapsule(customerId);
     };
     let inserted: InsertCapsuleOutcome;
     try {
@@ -157,7 +173,7 @@ export class CapsuleService {
           data_classification: capsule.data_classification, jurisdiction: capsule.jurisdiction, region: this.d.region,
           ...(capsule.capsulefile_id !== null ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash } : {}),
           // The allowlist in force, bound into the trail: profile id and a hash of its rules as snapshotted now.
-          ...(egressRules !== null ? { egress_profile_id: egressProfileId, egress_rules_hash: rulesHash(egressRules) } : {}),
+          ...(egressRules !== null ? { egress_profile_id: capsule.egress_profile_id, egress_rules_hash: rulesHash(egressRules) } : {}),
         },
       });
     } catch (e) {
@@ -171,7 +187,7 @@ export class CapsuleService {
       throw inserted === 'capsulefile_gone' ? capsulefileNotFound('capsulefile_id') : profileNotFound('egress_profile_id');
     }
     rowReady.open();
-    this.d.log.info({ capsule_id: id, customer_id: a.customer_id }, 'capsule created');
+    this.d.log.info({ capsule_id: id, customer_id: customerId }, 'capsule created');
     return capsule;
   }
 

@@ -13,7 +13,7 @@ import { startRunner } from '../helpers/runner.js';
 
 const ROUNDS = 15;
 
-type Hooks = { before?: (() => void) | undefined; after?: (() => void) | undefined };
+type Hooks = { before?: (() => void) | undefined; after?: (() => void | Promise<void>) | undefined };
 
 /** The real runner, with hooks before and after every create and a short pause before it. */
 function pausingRunner(inner: RunnerPort): { port: RunnerPort; onCreate: (h: Hooks) => void } {
@@ -25,7 +25,7 @@ function pausingRunner(inner: RunnerPort): { port: RunnerPort; onCreate: (h: Hoo
           hooks.before?.();
           await new Promise((r) => setTimeout(r, 30));
           const out = await target.create(req);
-          hooks.after?.();
+          await hooks.after?.();
           return out;
         };
       }
@@ -111,6 +111,20 @@ t.test('DELETE vs a create pinning the same row', async (t) => {
           return { id, capsuleJson: { capsulefile_id: id }, deletePath: `/v1/capsulefiles/${id}`, getPath: `/v1/capsulefiles/${id}` };
         });
         t.ok(r.deleteWon > 0, `the delete won ${r.deleteWon} of ${ROUNDS} (the in-flight window was hit)`);
+      });
+
+      await t.test('runner reconciliation during a create leaves its sandbox alone', async (t) => {
+        // The sandbox exists, its row not yet: a recovery pass (runner reconnect) must not destroy it as an orphan.
+        onCreate({ after: async () => { s.cp.services.recovery.reset(); await s.cp.services.recovery.ensure(); } });
+        const c = await api.req('POST', '/v1/capsules', { key: who.key, json: {} });
+        onCreate({});
+        t.equal(c.status, 201, c.text);
+        t.ok((await real.client.list()).includes(c.body.id), 'the runner still holds the new capsule');
+        t.same(s.cp.services.recovery.report?.orphans_destroyed, [], 'no orphan destroyed');
+        const ex = await api.req('POST', `/v1/capsules/${c.body.id}/exec`, { key: who.key, json: { command: 'echo alive' } });
+        t.equal(ex.status, 200, ex.text);
+        t.equal(ex.body.stdout, 'alive\n');
+        t.equal((await api.req('DELETE', `/v1/capsules/${c.body.id}`, { key: who.key })).status, 200);
       });
 
       await t.test('egress profile', async (t) => {
