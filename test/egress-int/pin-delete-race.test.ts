@@ -5,7 +5,8 @@
 // it 0-200 ms after the create. Whatever the order, the outcome is one of two:
 // the create won (201, DELETE 409, the Capsulefile/profile still there) or the
 // delete won (204, create 404 naming the field, no capsule row, the runner
-// holds no sandbox, the slot is back).
+// holds no sandbox, the slot is back). Also: a runner reconciliation run
+// while a create is in flight leaves that create's sandbox alone.
 import t from 'tap';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
 import { DRIVERS, envelope, start, type Api, type Started, type T } from '../control-plane/harness.js';
