@@ -25,6 +25,8 @@ export interface NewAccount {
   billing_cycle_start: string;
 }
 
+export type InsertCapsuleOutcome = 'ok' | 'capsulefile_gone' | 'egress_profile_gone';
+
 export type ReserveOutcome = 'ok' | 'capsules_per_month' | 'concurrent_capsules' | 'cdp_limit';
 
 export type IdempotencyClaim =
@@ -77,8 +79,13 @@ export interface Store {
   unreserveCapsule(customerId: string): Promise<void>;
 
   // Capsules
-  /** Inserts the capsule and its first activity event in one transaction. */
-  insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<void>;
+  /**
+   * Inserts the capsule and its first activity event in one transaction that
+   * first locks the rows the capsule pins (its finalized Capsulefile, its egress
+   * profile) and inserts nothing when one is gone: a DELETE of either is
+   * ordered before or after the insert, never beside it.
+   */
+  insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<InsertCapsuleOutcome>;
   getCapsule(id: string): Promise<Capsule | null>;
   listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage>;
   /** Compare-and-set on status; true when the row moved. */
@@ -133,7 +140,12 @@ export interface EgressProfileStore {
   updateProfile(id: string, set: { name?: string; description?: string }): Promise<EgressProfile | null>;
   /** Refuses ('in_use') while a live capsule references the profile; rules go with it. */
   deleteProfile(id: string): Promise<ProfileDeleteOutcome>;
-  insertRule(r: EgressRule): Promise<void>;
+  /**
+   * Inserts the rule in a transaction that locks its profile row (as the
+   * profile DELETE does) and counts its rules: 'missing' when the profile is
+   * gone, 'limit' when it already holds `maxPerProfile` rules.
+   */
+  insertRule(r: EgressRule, maxPerProfile: number): Promise<'ok' | 'missing' | 'limit'>;
   getRule(id: string): Promise<EgressRule | null>;
   /** Rules of one profile (profileId) or of the whole account (null), oldest first. */
   listRules(customerId: string, profileId: string | null, limit: number, cursor: string | null): Promise<EgressRulePage>;

@@ -19,7 +19,7 @@ import type { Caller } from '../domain/index.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 
-const notFound = (): ApiError => new ApiError('resource_not_found', 'Capsulefile not found');
+export const notFound = (field?: string): ApiError => new ApiError('resource_not_found', `${field ? `${field}: ` : ''}Capsulefile not found`);
 
 export interface CapsulefileDetail { capsulefile: Capsulefile; files: CapsulefileFileEntry[] }
 
@@ -27,9 +27,9 @@ export class CapsulefileService {
   constructor(private readonly d: Deps) {}
 
   /** Own or system Capsulefile; anything else is 404 (ownership, as for capsules). */
-  async visible(caller: Caller, id: string): Promise<Capsulefile> {
+  async visible(caller: Caller, id: string, field?: string): Promise<Capsulefile> {
     const c = id.length <= 64 ? await this.d.capsulefiles.getCapsulefile(id) : null;
-    if (!c || (c.owner !== caller.account.customer_id && !c.is_system)) throw notFound();
+    if (!c || (c.owner !== caller.account.customer_id && !c.is_system)) throw notFound(field);
     return c;
   }
 
@@ -109,12 +109,7 @@ export class CapsulefileService {
    * A draft is refused with 400 naming `capsulefile_id` (the issue's rule).
    */
   async forCapsule(caller: Caller, id: string): Promise<{ capsulefile: Capsulefile; files: CapsulefileFileBytes[] }> {
-    let c: Capsulefile;
-    try {
-      c = await this.visible(caller, id);
-    } catch {
-      throw new ApiError('resource_not_found', 'capsulefile_id: Capsulefile not found');
-    }
+    const c = await this.visible(caller, id, 'capsulefile_id');
     if (c.status !== 'finalized' || c.content_hash === null) throw invalid('capsulefile_id', 'Capsulefile is a draft: finalize it first');
     return { capsulefile: c, files: await this.d.capsulefiles.filesWithBytes(c.id) };
   }

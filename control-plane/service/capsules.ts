@@ -3,15 +3,15 @@
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
 import type { ExecResult, FileEntry } from '../../shared/runner-protocol.js';
-import type { ApiForm, Caller, Capsule, CapsulePage, DataClassification, EgressSpec, RunningEgress } from '../domain/index.js';
+import type { ApiForm, Caller, Capsule, CapsulePage, DataClassification, EgressSpec, InsertCapsuleOutcome, RunningEgress } from '../domain/index.js';
 import { EgressConfigError, LIVE_STATUSES } from '../domain/index.js';
 import { cycleStart, isoMicros } from './clock.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 import { fromRunner } from './runner-errors.js';
 import type { RecoveryGate } from './recovery.js';
-import type { CapsulefileService } from './capsulefiles.js';
-import { requireEgressTier, type EgressProfileService } from './egress-profiles.js';
+import { notFound as capsulefileNotFound, type CapsulefileService } from './capsulefiles.js';
+import { profileNotFound, requireEgressTier, type EgressProfileService } from './egress-profiles.js';
 import { gate, type EgressSessions } from './egress-sessions.js';
 
 export const DEFAULT_TTL_SECONDS = 300;
@@ -30,6 +30,8 @@ export interface CreateInput {
 /** Tracks in-process state the database does not need: running execs, destroys under way. */
 export class LiveState {
   readonly destroying = new Set<string>();
+  /** Capsules the runner may hold before their row exists (create in flight): recovery leaves them alone. */
+  readonly creating = new Set<string>();
   private readonly running = new Map<string, number>();
   begin(id: string): number { const n = (this.running.get(id) ?? 0) + 1; this.running.set(id, n); return n; }
   end(id: string): number {
@@ -105,6 +107,20 @@ export class CapsuleService {
       egress_profile_id: egressProfileId, metadata: input.metadata, execution_count: 0, bytes_processed: 0, destroyed_at: null,
       billable: caller.key_mode === 'live',
     };
+    this.live.creating.add(id);
+    try {
+      return await this.start(capsule, egressRules, memoryMb, pinned);
+    } finally {
+      this.live.creating.delete(id);
+    }
+  }
+
+  /** Proxy, runner sandbox, then the row; undone on any failure. The quota slot is already reserved. */
+  private async start(
+    capsule: Capsule, egressRules: EgressSpec['rules'] | null, memoryMb: number, pinned: Awaited<ReturnType<CapsulefileService['forCapsule']>> | null,
+  ): Promise<Capsule> {
+    const { id, customer_id: customerId } = capsule;
+    const def = pinned?.capsulefile.definition;
     // The proxy starts before the runner's capsule (the runner bridges its socket); its events wait for the row.
     const rowReady = gate();
     let egress: RunningEgress | null = null;
@@ -116,7 +132,7 @@ export class CapsuleService {
           ...(def?.mcp_policy !== undefined ? { mcpPolicy: def.mcp_policy } : {}),
         }, rowReady);
       } catch (e) {
-        await this.d.store.unreserveCapsule(a.customer_id);
+        await this.d.store.unreserveCapsule(customerId);
         if (e instanceof EgressConfigError) {
           const field = /^(\w+):/.exec(e.message)?.[1] ?? 'egress_profile_id';
           throw new ApiError('invalid_parameters', e.message, { extra: { field } });
@@ -140,34 +156,43 @@ export class CapsuleService {
       });
     } catch (e) {
       await dropEgress();
-      await this.d.store.unreserveCapsule(a.customer_id);
+      await this.d.store.unreserveCapsule(customerId);
       throw fromRunner(e, 'capsule');
     }
+    // Nothing half-written: the runner's capsule goes, the slot comes back.
+    const undoStarted = async (): Promise<void> => {
+      await this.d.runner.destroy(id).catch(() => undefined);
+      await dropEgress();
+      await this.d.store.unreserveCapsule(customerId);
+    };
+    let inserted: InsertCapsuleOutcome;
     try {
-      await this.d.store.insertCapsule(capsule, {
+      inserted = await this.d.store.insertCapsule(capsule, {
         type: 'CapsuleStarted', at: capsule.created_at,
         fields: {
           data_classification: capsule.data_classification, jurisdiction: capsule.jurisdiction, region: this.d.region,
           ...(capsule.capsulefile_id !== null ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash } : {}),
           // The allowlist in force, bound into the trail: profile id and a hash of its rules as snapshotted now.
-          ...(egressRules !== null ? { egress_profile_id: egressProfileId, egress_rules_hash: rulesHash(egressRules) } : {}),
+          ...(egressRules !== null ? { egress_profile_id: capsule.egress_profile_id, egress_rules_hash: rulesHash(egressRules) } : {}),
         },
       });
     } catch (e) {
-      // Nothing half-written: the runner's capsule goes, the slot comes back.
-      await this.d.runner.destroy(id).catch(() => undefined);
-      await dropEgress();
-      await this.d.store.unreserveCapsule(a.customer_id);
+      await undoStarted();
       throw e;
     }
+    if (inserted !== 'ok') {
+      // A DELETE of the pinned Capsulefile or profile committed while the runner
+      // was creating: the create answers as if it came after the delete.
+      await undoStarted();
+      throw inserted === 'capsulefile_gone' ? capsulefileNotFound('capsulefile_id') : profileNotFound('egress_profile_id');
+    }
     rowReady.open();
-    this.d.log.info({ capsule_id: id, customer_id: a.customer_id }, 'capsule created');
+    this.d.log.info({ capsule_id: id, customer_id: customerId }, 'capsule created');
     return capsule;
   }
 
-  /** The command an exec without `command` runs: the pinned Capsulefile's entrypoint. */
-  async entrypointFor(caller: Caller, id: string): Promise<string> {
-    const c = await this.owned(caller, id);
+  /** The command an exec without `command` runs on `c` (loaded by owned()): the pinned Capsulefile's entrypoint. */
+  async entrypointFor(c: Capsule): Promise<string> {
     const cf = c.capsulefile_id === null ? null : await this.d.capsulefiles.getCapsulefile(c.capsulefile_id);
     if (!cf) throw invalid('command', 'is required (the capsule has no Capsulefile entrypoint)');
     return cf.definition.entrypoint;

@@ -17,7 +17,7 @@ export const PROFILE_DESCRIPTION_MAX = 1000;
 /** Bound on one profile's rules: the proxy compiles them per capsule. */
 export const RULES_PER_PROFILE_MAX = 500;
 
-const profileNotFound = (field?: string): ApiError =>
+export const profileNotFound = (field?: string): ApiError =>
   new ApiError('resource_not_found', `${field ? `${field}: ` : ''}egress profile not found`);
 const ruleNotFound = (): ApiError => new ApiError('resource_not_found', 'egress rule not found');
 
@@ -169,14 +169,14 @@ export class EgressProfileService {
 
   private async insertRule(caller: Caller, p: EgressProfile, body: Record<string, unknown>): Promise<EgressRule> {
     const v = this.checked(body);
-    if ((await this.d.egressProfiles.allRules(p.id)).length >= RULES_PER_PROFILE_MAX) {
-      throw invalid('profile', `an egress profile holds at most ${RULES_PER_PROFILE_MAX} rules`);
-    }
     const rule: EgressRule = {
       id: newId('egr_', this.d.random), profile_id: p.id, customer_id: caller.account.customer_id,
       kind: v.kind, value: v.value, port: v.port, created_at: this.d.clock.nowIso(),
     };
-    await this.d.egressProfiles.insertRule(rule);
+    const r = await this.d.egressProfiles.insertRule(rule, RULES_PER_PROFILE_MAX);
+    // 'missing': a DELETE of the profile committed first.
+    if (r === 'missing') throw profileNotFound();
+    if (r === 'limit') throw invalid('profile', `an egress profile holds at most ${RULES_PER_PROFILE_MAX} rules`);
     return rule;
   }
 }

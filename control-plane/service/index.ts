@@ -40,7 +40,7 @@ export function buildServices(d: Deps, sweepIntervalMs: number): Services {
   const egress = new EgressSessions(d);
   const egressProfiles = new EgressProfileService(d);
   const destruction = new DestructionService(d, live, egress);
-  const recovery = new RecoveryGate(() => recover(d, destruction), d.log);
+  const recovery = new RecoveryGate(() => recover(d, destruction, live.creating), d.log);
   const capsulefiles = new CapsulefileService(d);
   return {
     accounts: new AccountService(d),

@@ -4,20 +4,21 @@ import { toAuditProof, toPresentation, verifyProof, type AuditRecord, type Verif
 import type { Caller, KeyRecord, StoredProof } from '../domain/index.js';
 import type { Deps } from './deps.js';
 
+const proofNotFound = (): ApiError => new ApiError('resource_not_found', 'proof not found (the capsule may not be destroyed yet)');
+
 export class ProofService {
   constructor(private readonly d: Deps) {}
 
   private async stored(capsuleId: string): Promise<StoredProof> {
     const p = capsuleId.length <= 64 ? await this.d.store.getProofByCapsule(capsuleId) : null;
-    if (!p) throw new ApiError('resource_not_found', 'proof not found (the capsule may not be destroyed yet)');
+    if (!p) throw proofNotFound();
     return p;
   }
 
+  /** Another account's proof is 404 like a missing one; a store failure stays a 500, not a 404. */
   private async owned(caller: Caller, capsuleId: string): Promise<StoredProof> {
-    const p = await this.stored(capsuleId).catch(() => null);
-    if (!p || p.customer_id !== caller.account.customer_id) {
-      throw new ApiError('resource_not_found', 'proof not found (the capsule may not be destroyed yet)');
-    }
+    const p = await this.stored(capsuleId);
+    if (p.customer_id !== caller.account.customer_id) throw proofNotFound();
     return p;
   }
 

@@ -7,21 +7,27 @@ import { LOST_ON_RESTART, type DestructionService } from './destruction.js';
 
 export interface RecoveryReport { expired_unclean: string[]; orphans_destroyed: string[] }
 
-export async function recover(d: Deps, destruction: DestructionService): Promise<RecoveryReport> {
+export async function recover(d: Deps, destruction: DestructionService, creating: ReadonlySet<string>): Promise<RecoveryReport> {
   const hello = await d.runner.hello();
+  // Creates in flight around the listing: the runner may hold their sandbox before their row exists,
+  // or their row may appear before the runner lists their sandbox. Neither is judged in this pass.
+  const inFlight = new Set(creating);
   const onRunner = new Set(await d.runner.list());
+  for (const id of creating) inFlight.add(id);
+  const creatingNow = (id: string): boolean => inFlight.has(id) || creating.has(id);
   const lost = new Set(hello.lost.map((l) => l.capsule_id));
   const report: RecoveryReport = { expired_unclean: [], orphans_destroyed: [] };
   const live = await d.store.liveCapsules();
   const known = new Set(live.map((c) => c.id));
   for (const c of live) {
-    if (lost.has(c.id) || !onRunner.has(c.id)) {
+    if (lost.has(c.id) || (!onRunner.has(c.id) && !creatingNow(c.id))) {
       await destruction.partial(c, LOST_ON_RESTART);
       report.expired_unclean.push(c.id);
     }
   }
   for (const id of onRunner) {
-    if (known.has(id)) continue;
+    // A create in flight (sandbox made, row not yet inserted) is not an orphan; it undoes itself on failure.
+    if (known.has(id) || creatingNow(id)) continue;
     // Not ours any more (its row is final or absent): nothing may keep running.
     await d.runner.destroy(id).catch((e: unknown) => d.log.warn({ capsule_id: id, err: e }, 'recovery: orphan destroy failed'));
     report.orphans_destroyed.push(id);

@@ -18,9 +18,7 @@ import {
 } from '../capsulefile/index.js';
 import { CapsulefileEntity, CapsulefileFileEntity, type CapsulefileRow } from './entities.js';
 import type { Orm } from './orm.js';
-
-const num = (v: unknown): number => Number(v);
-const LIVE = ['active', 'executing'];
+import { after, all, liveUsers, num, page, run } from './sql.js';
 
 function toCapsulefile(r: CapsulefileRow): Capsulefile {
   return {
@@ -49,22 +47,10 @@ export class SqlCapsulefileStore implements CapsulefileStore {
   constructor(private readonly orm: Orm) {}
 
   private em(): SqlEntityManager { return this.orm.em.fork() as SqlEntityManager; }
-  private async run(em: SqlEntityManager, sql: string, params: unknown[]): Promise<number> {
-    const res = (await em.getConnection().execute(sql, params, 'run', em.getTransactionContext())) as { affectedRows?: number; rowCount?: number };
-    return num(res.affectedRows ?? res.rowCount ?? 0);
-  }
-  private async all<T>(em: SqlEntityManager, sql: string, params: unknown[]): Promise<T[]> {
-    return (await em.getConnection().execute(sql, params, 'all', em.getTransactionContext())) as T[];
-  }
   /** Locks the row for the rest of the transaction; true when it exists in `status` (any when null). */
   private async lock(em: SqlEntityManager, id: string, status: string | null): Promise<boolean> {
     const sql = `update "capsulefiles" set "status" = "status" where "id" = ?${status === null ? '' : ' and "status" = ?'}`;
-    return (await this.run(em, sql, status === null ? [id] : [id, status])) === 1;
-  }
-  private async liveUsers(em: SqlEntityManager, id: string): Promise<number> {
-    const rows = await this.all<{ n: unknown }>(em,
-      `select count(*) as "n" from "capsules" where "capsulefile_id" = ? and "status" in (${LIVE.map(() => '?').join(', ')})`, [id, ...LIVE]);
-    return num(rows[0]?.n ?? 0);
+    return (await run(em, sql, status === null ? [id] : [id, status])) === 1;
   }
 
   async insertCapsulefile(c: Capsulefile, maxPerOwner: number | null = null): Promise<boolean> {
@@ -72,8 +58,8 @@ export class SqlCapsulefileStore implements CapsulefileStore {
       return await this.em().transactional(async (em) => {
         if (maxPerOwner !== null) {
           // The account row is the per-owner lock: concurrent creates count one after another.
-          await this.run(em, 'update "accounts" set "customer_id" = "customer_id" where "customer_id" = ?', [c.owner]);
-          const [row] = await this.all<{ n: unknown }>(em, 'select count(*) as "n" from "capsulefiles" where "owner" = ?', [c.owner]);
+          await run(em, 'update "accounts" set "customer_id" = "customer_id" where "customer_id" = ?', [c.owner]);
+          const [row] = await all<{ n: unknown }>(em, 'select count(*) as "n" from "capsulefiles" where "owner" = ?', [c.owner]);
           if (num(row?.n ?? 0) >= maxPerOwner) return false;
         }
         await em.insert(CapsulefileEntity, toRow(c));
@@ -89,16 +75,9 @@ export class SqlCapsulefileStore implements CapsulefileStore {
 
   async listCapsulefiles(owner: string, limit: number, cursor: string | null): Promise<CapsulefilePage> {
     // Keyset paging, newest first; the cursor is the last row's (created_at, id).
-    const where: Record<string, unknown> = { owner: { $in: [owner, SYSTEM_OWNER] } };
-    if (cursor) {
-      const [at, id] = cursor.split('|');
-      where.$or = [{ created_at: { $lt: at } }, { created_at: at, id: { $lt: id } }];
-    }
-    const rows = await this.em().find(CapsulefileEntity, where as never, { orderBy: { created_at: 'desc', id: 'desc' }, limit: limit + 1 });
-    const more = rows.length > limit;
-    const items = rows.slice(0, limit).map(toCapsulefile);
-    const last = items[items.length - 1];
-    return { items, next_cursor: more && last ? `${last.created_at}|${last.id}` : null };
+    const rows = await this.em().find(CapsulefileEntity, { owner: { $in: [owner, SYSTEM_OWNER] }, ...after(cursor, 'desc') } as never,
+      { orderBy: { created_at: 'desc', id: 'desc' }, limit: limit + 1 });
+    return page(rows.map(toCapsulefile), limit);
   }
 
   async updateDraft(id: string, definition: CapsulefileDefinition): Promise<boolean> {
@@ -111,7 +90,7 @@ export class SqlCapsulefileStore implements CapsulefileStore {
   async putFile(id: string, file: CapsulefileFileBytes, bounds: { maxFiles: number; maxTotalBytes: number }): Promise<'ok' | 'not_draft' | 'limit'> {
     return this.em().transactional(async (em) => {
       if (!(await this.lock(em, id, 'draft'))) return 'not_draft';
-      const [agg] = await this.all<{ n: unknown; total: unknown }>(em,
+      const [agg] = await all<{ n: unknown; total: unknown }>(em,
         'select count(*) as "n", coalesce(sum("size_bytes"), 0) as "total" from "capsulefile_files" where "capsulefile_id" = ? and "filename" <> ?',
         [id, file.filename]);
       if (num(agg?.n ?? 0) + 1 > bounds.maxFiles || num(agg?.total ?? 0) + file.size_bytes > bounds.maxTotalBytes) return 'limit';
@@ -137,27 +116,27 @@ export class SqlCapsulefileStore implements CapsulefileStore {
 
   async finalize(id: string, at: string, compute: FinalizeFn): Promise<Capsulefile | null> {
     return this.em().transactional(async (em) => {
-      const moved = await this.run(em, `update "capsulefiles" set "status" = 'finalized', "finalized_at" = ? where "id" = ? and "status" = 'draft'`, [at, id]);
+      const moved = await run(em, `update "capsulefiles" set "status" = 'finalized', "finalized_at" = ? where "id" = ? and "status" = 'draft'`, [at, id]);
       if (moved !== 1) return null;
       const row = await em.findOne(CapsulefileEntity, { id }, { refresh: true });
       if (!row) return null;
-      const files = (await this.all<{ filename: string; size_bytes: unknown; sha512: string }>(em,
+      const files = (await all<{ filename: string; size_bytes: unknown; sha512: string }>(em,
         'select "filename", "size_bytes", "sha512" from "capsulefile_files" where "capsulefile_id" = ?', [id]))
         .map((f) => ({ filename: f.filename, size_bytes: num(f.size_bytes), sha512: f.sha512 }));
       const r = compute(JSON.parse(row.definition) as CapsulefileDefinition, files);
-      await this.run(em, 'update "capsulefiles" set "content_hash" = ?, "size_bytes" = ?, "file_count" = ? where "id" = ?',
+      await run(em, 'update "capsulefiles" set "content_hash" = ?, "size_bytes" = ?, "file_count" = ? where "id" = ?',
         [r.content_hash, r.size_bytes, r.file_count, id]);
       return toCapsulefile({ ...row, status: 'finalized', finalized_at: at, content_hash: r.content_hash, size_bytes: r.size_bytes, file_count: r.file_count });
     });
   }
 
-  // WARNING: a capsule row committed after the live-user count below (a create
-  // pinning this Capsulefile at the same moment) is not seen; see
-  // docs/CAPSULEFILE.md "Known limit". Proofs stay right: the capsule keeps the hash.
+  // The row lock orders this against a capsule create pinning the Capsulefile:
+  // its insert locks the same row first (SqlStore.insertCapsule), so the count
+  // below sees every capsule committed before, and none can commit after.
   async deleteCapsulefile(id: string): Promise<DeleteOutcome> {
     return this.em().transactional(async (em) => {
       if (!(await this.lock(em, id, null))) return 'missing';
-      if ((await this.liveUsers(em, id)) > 0) return 'in_use';
+      if ((await liveUsers(em, 'capsulefile_id', id)) > 0) return 'in_use';
       await em.nativeDelete(CapsulefileFileEntity, { capsulefile_id: id });
       await em.nativeDelete(CapsulefileEntity, { id });
       return 'deleted';

@@ -10,9 +10,7 @@ import type {
 } from '../domain/index.js';
 import { EgressProfileEntity, EgressRuleEntity, type EgressProfileRow, type EgressRuleRow } from './entities.js';
 import type { Orm } from './orm.js';
-
-const num = (v: unknown): number => Number(v);
-const LIVE = ['active', 'executing'];
+import { after, all, liveUsers, num, page, run } from './sql.js';
 
 const toProfile = (r: EgressProfileRow): EgressProfile =>
   ({ id: r.id, customer_id: r.customer_id, name: r.name, description: r.description, created_at: r.created_at });
@@ -24,27 +22,14 @@ function conflict(e: unknown, field: string, message: string): never {
   throw e;
 }
 
-/** Keyset condition after the cursor `created_at|id` in the given direction. */
-function after(cursor: string | null, dir: 'asc' | 'desc'): Record<string, unknown> {
-  if (!cursor) return {};
-  const [at, id] = cursor.split('|');
-  const op = dir === 'asc' ? '$gt' : '$lt';
-  return { $or: [{ created_at: { [op]: at } }, { created_at: at, id: { [op]: id } }] };
-}
-
-function page<T extends { created_at: string; id: string }>(rows: T[], limit: number): { items: T[]; next_cursor: string | null } {
-  const items = rows.slice(0, limit);
-  const last = items[items.length - 1];
-  return { items, next_cursor: rows.length > limit && last ? `${last.created_at}|${last.id}` : null };
-}
-
 export class SqlEgressProfileStore implements EgressProfileStore {
   constructor(private readonly orm: Orm) {}
 
   private em(): SqlEntityManager { return this.orm.em.fork() as SqlEntityManager; }
-  private async run(em: SqlEntityManager, sql: string, params: unknown[]): Promise<number> {
-    const res = (await em.getConnection().execute(sql, params, 'run', em.getTransactionContext())) as { affectedRows?: number; rowCount?: number };
-    return num(res.affectedRows ?? res.rowCount ?? 0);
+
+  /** Locks the profile row for the rest of the transaction (a no-op UPDATE); 1 when it exists. */
+  private lockProfile(em: SqlEntityManager, id: string): Promise<number> {
+    return run(em, 'update "egress_profiles" set "name" = "name" where "id" = ?', [id]);
   }
 
   async insertProfile(p: EgressProfile): Promise<void> {
@@ -81,19 +66,25 @@ export class SqlEgressProfileStore implements EgressProfileStore {
 
   async deleteProfile(id: string): Promise<ProfileDeleteOutcome> {
     return this.em().transactional(async (em) => {
-      if ((await this.run(em, 'update "egress_profiles" set "name" = "name" where "id" = ?', [id])) !== 1) return 'missing';
-      const rows = (await em.getConnection().execute(
-        `select count(*) as "n" from "capsules" where "egress_profile_id" = ? and "status" in (${LIVE.map(() => '?').join(', ')})`,
-        [id, ...LIVE], 'all', em.getTransactionContext())) as { n: unknown }[];
-      if (num(rows[0]?.n ?? 0) > 0) return 'in_use';
+      if ((await this.lockProfile(em, id)) !== 1) return 'missing';
+      if ((await liveUsers(em, 'egress_profile_id', id)) > 0) return 'in_use';
       await em.nativeDelete(EgressRuleEntity, { profile_id: id });
       await em.nativeDelete(EgressProfileEntity, { id });
       return 'deleted';
     });
   }
 
-  async insertRule(r: EgressRule): Promise<void> {
-    try { await this.em().insert(EgressRuleEntity, { ...r }); } catch (e) { conflict(e, 'value', 'this profile already has a rule with this kind, value and port'); }
+  async insertRule(r: EgressRule, maxPerProfile: number): Promise<'ok' | 'missing' | 'limit'> {
+    try {
+      return await this.em().transactional(async (em) => {
+        // Locked like deleteProfile: a rule never lands on a profile being deleted, and concurrent adds count in turn.
+        if ((await this.lockProfile(em, r.profile_id)) !== 1) return 'missing';
+        const rows = await all<{ n: unknown }>(em, 'select count(*) as "n" from "egress_rules" where "profile_id" = ?', [r.profile_id]);
+        if (num(rows[0]?.n ?? 0) >= maxPerProfile) return 'limit';
+        await em.insert(EgressRuleEntity, { ...r });
+        return 'ok';
+      });
+    } catch (e) { conflict(e, 'value', 'this profile already has a rule with this kind, value and port'); }
   }
 
   async getRule(id: string): Promise<EgressRule | null> {

@@ -6,7 +6,7 @@ import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ApiError } from '../../shared/errors.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 import type {
-  ActivitySide, Account, Capsule, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
+  ActivitySide, Account, Capsule, InsertCapsuleOutcome, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
   NewAccount, ReserveOutcome, Store, StoredProof, Tier,
 } from '../domain/index.js';
 import {
@@ -14,8 +14,8 @@ import {
   type AccountRow, type CapsuleRow, type ProofRow,
 } from './entities.js';
 import type { Orm } from './orm.js';
-
-const num = (v: unknown): number => Number(v);
+import { after, num, page, run } from './sql.js';
+import { LIVE_STATUSES } from '../domain/index.js';
 
 function toAccount(r: AccountRow): Account {
   return {
@@ -46,11 +46,6 @@ function toProof(r: ProofRow): StoredProof {
   };
 }
 
-function affected(res: unknown): number {
-  const r = res as { affectedRows?: number; rowCount?: number };
-  return num(r.affectedRows ?? r.rowCount ?? 0);
-}
-
 function conflict(e: unknown, message: string): never {
   if (e instanceof UniqueConstraintViolationException) throw new ApiError('resource_conflict', message, { cause: e });
   throw e;
@@ -60,9 +55,7 @@ export class SqlStore implements Store {
   constructor(private readonly orm: Orm) {}
 
   private em(): SqlEntityManager { return this.orm.em.fork() as SqlEntityManager; }
-  private async run(sql: string, params: unknown[], em: SqlEntityManager = this.em()): Promise<number> {
-    return affected(await em.getConnection().execute(sql, params, 'run', em.getTransactionContext()));
-  }
+  private run(sql: string, params: unknown[], em: SqlEntityManager = this.em()): Promise<number> { return run(em, sql, params); }
 
   async ping(): Promise<void> { await this.em().getConnection().execute('select 1 as ok', [], 'all'); }
   async close(): Promise<void> { await this.orm.close(true); }
@@ -142,7 +135,7 @@ export class SqlStore implements Store {
   }
 
   // ---- capsules
-  async insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<void> {
+  async insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<InsertCapsuleOutcome> {
     const row: CapsuleRow = {
       id: c.id, customer_id: c.customer_id, status: c.status, api_form: c.api_form, ttl_seconds: c.ttl_seconds,
       created_at: c.created_at, expires_at: c.expires_at, data_classification: c.data_classification,
@@ -152,9 +145,21 @@ export class SqlStore implements Store {
       egress_profile_id: c.egress_profile_id,
     };
     try {
-      await this.em().transactional(async (em) => {
+      return await this.em().transactional(async (em) => {
+        // The no-op UPDATEs take the same row locks as the DELETEs of the Capsulefile
+        // and the profile, which count live capsules after locking: either the delete
+        // committed first (the row is gone here) or it sees this capsule.
+        if (c.capsulefile_id !== null
+          && (await this.run(`update "capsulefiles" set "status" = "status" where "id" = ? and "status" = 'finalized'`, [c.capsulefile_id], em)) !== 1) {
+          return 'capsulefile_gone';
+        }
+        if (c.egress_profile_id !== null
+          && (await this.run('update "egress_profiles" set "name" = "name" where "id" = ?', [c.egress_profile_id], em)) !== 1) {
+          return 'egress_profile_gone';
+        }
         await em.insert(CapsuleEntity, { ...row, activity_seq: 1 });
         await em.insert(ActivityEntity, { capsule_id: c.id, seq: 1, type: first.type, at: first.at, fields: JSON.stringify(first.fields) });
+        return 'ok';
       });
     } catch (e) { conflict(e, 'id: capsule id already exists'); }
   }
@@ -166,16 +171,9 @@ export class SqlStore implements Store {
 
   async listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage> {
     // Keyset paging, newest first; the cursor is the last row's (created_at, id).
-    const where: Record<string, unknown> = { customer_id: customerId };
-    if (cursor) {
-      const [at, id] = cursor.split('|');
-      where.$or = [{ created_at: { $lt: at } }, { created_at: at, id: { $lt: id } }];
-    }
-    const rows = await this.em().find(CapsuleEntity, where as never, { orderBy: { created_at: 'desc', id: 'desc' }, limit: limit + 1 });
-    const more = rows.length > limit;
-    const items = rows.slice(0, limit).map(toCapsule);
-    const last = items[items.length - 1];
-    return { items, next_cursor: more && last ? `${last.created_at}|${last.id}` : null };
+    const rows = await this.em().find(CapsuleEntity, { customer_id: customerId, ...after(cursor, 'desc') } as never,
+      { orderBy: { created_at: 'desc', id: 'desc' }, limit: limit + 1 });
+    return page(rows.map(toCapsule), limit);
   }
 
   async transition(id: string, from: readonly CapsuleStatus[], to: CapsuleStatus, destroyedAt?: string): Promise<boolean> {
@@ -191,11 +189,11 @@ export class SqlStore implements Store {
   }
 
   async liveCapsules(): Promise<Capsule[]> {
-    return (await this.em().find(CapsuleEntity, { status: { $in: ['active', 'executing'] } })).map(toCapsule);
+    return (await this.em().find(CapsuleEntity, { status: { $in: [...LIVE_STATUSES] } })).map(toCapsule);
   }
 
   async expiredLiveCapsules(nowIso: string): Promise<Capsule[]> {
-    return (await this.em().find(CapsuleEntity, { status: { $in: ['active', 'executing'] }, expires_at: { $lte: nowIso } },
+    return (await this.em().find(CapsuleEntity, { status: { $in: [...LIVE_STATUSES] }, expires_at: { $lte: nowIso } },
       { orderBy: { expires_at: 'asc' }, limit: 100 })).map(toCapsule);
   }
 

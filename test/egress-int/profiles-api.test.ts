@@ -208,6 +208,37 @@ t.test('egress profiles API', async (t) => {
         t.notOk((await api.req('GET', '/v1/egress?limit=100', { key: k })).body.items.some((r: { profile_id: string }) => r.profile_id === pid), 'its rules went with it');
         envelope(t, await api.req('POST', '/v1/capsules', { key: k, json: { egress_profile_id: pid } }), 404, 'resource_not_found');
       });
+
+      await t.test('rule adds racing a profile DELETE: 201 or 404, never a 500, no rule left behind', async (t) => {
+        for (let round = 0; round < 5; round++) {
+          const p = await api.req('POST', '/v1/egress/profiles', { key: k, json: { name: `doomed-${round}` } });
+          t.equal(p.status, 201, p.text);
+          const adds = Array.from({ length: 8 }, (_, i) =>
+            api.req('POST', `/v1/egress/profiles/${p.body.id}/rules`, { key: k, json: { kind: 'domain', value: `r${i}.example`, port: 443 } }));
+          const del = api.req('DELETE', `/v1/egress/profiles/${p.body.id}`, { key: k });
+          const results = await Promise.all(adds);
+          t.equal((await del).status, 204);
+          for (const r of results) {
+            if (r.status !== 201) envelope(t, r, 404, 'resource_not_found');
+          }
+          const left = (await api.req('GET', '/v1/egress?limit=100', { key: k })).body.items as { profile_id: string }[];
+          t.notOk(left.some((r) => r.profile_id === p.body.id), `round ${round}: no rule of the deleted profile`);
+        }
+      });
+
+      await t.test('a profile holds at most 500 rules, also under concurrent adds', async (t) => {
+        const p = await api.req('POST', '/v1/egress/profiles', { key: k, json: { name: 'full' } });
+        t.equal(p.status, 201, p.text);
+        const add = (i: number) => api.req('POST', `/v1/egress/profiles/${p.body.id}/rules`, { key: k, json: { kind: 'domain', value: `h${i}.example`, port: 443 } });
+        for (let i = 0; i < 495; i += 15) {
+          const rs = await Promise.all(Array.from({ length: Math.min(15, 495 - i) }, (_, j) => add(i + j)));
+          t.ok(rs.every((r) => r.status === 201), `rules ${i}..: 201`);
+        }
+        const last = await Promise.all(Array.from({ length: 12 }, (_, j) => add(1000 + j)));
+        t.equal(last.filter((r) => r.status === 201).length, 5, 'exactly 5 of 12 concurrent adds fit');
+        for (const r of last.filter((x) => x.status !== 201)) t.match(envelope(t, r, 400, 'invalid_parameters').message, /^profile: .*500 rules/);
+        t.equal((await api.req('GET', `/v1/egress/profiles/${p.body.id}`, { key: k })).body.rules.length, 500);
+      });
     });
   }
 });

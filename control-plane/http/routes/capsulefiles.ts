@@ -5,6 +5,7 @@ import { limits } from '../../capsulefile/index.js';
 import { readRaw } from '../body.js';
 import { caller, type AppDeps, type Ctx } from '../context.js';
 import { auth, idempotent, json } from '../middleware.js';
+import { paging } from '../paging.js';
 import { capsulefileDetail, capsulefileItem } from './views.js';
 
 const CURSOR_RE = /^[0-9TZ:.-]{20,40}\|cf_[a-z0-9_]{1,64}$/;
@@ -22,11 +23,8 @@ export function capsulefileRoutes(d: AppDeps): Router {
   });
 
   r.get('/v1/capsulefiles', a, async (ctx: Ctx) => {
-    const lim = ctx.query.limit === undefined ? 20 : Number(ctx.query.limit);
-    if (!Number.isInteger(lim) || lim < 1 || lim > 100) throw invalid('limit', 'must be an integer from 1 to 100');
-    const cursor = typeof ctx.query.cursor === 'string' && ctx.query.cursor !== '' ? ctx.query.cursor : null;
-    if (cursor !== null && !CURSOR_RE.test(cursor)) throw invalid('cursor', 'not a cursor this endpoint issued');
-    const page = await s.list(caller(ctx), lim, cursor);
+    const { limit, cursor } = paging(ctx, CURSOR_RE);
+    const page = await s.list(caller(ctx), limit, cursor);
     ctx.body = { items: page.items.map(capsulefileItem), next_cursor: page.next_cursor };
   });
 

@@ -5,7 +5,10 @@ import { checkExecSizes, createCapsuleSchema, execSchema, parseBody, validateMet
 import { readRaw } from '../body.js';
 import { caller, type AppDeps, type Ctx } from '../context.js';
 import { auth, idempotent, json } from '../middleware.js';
+import { paging } from '../paging.js';
 import { capsuleCreated, capsuleStatus, contentTypeFor, execView, fileView } from './views.js';
+
+const CURSOR_RE = /^[0-9TZ:.-]{20,40}\|[a-z]+_[0-9a-f]{1,64}$/;
 
 export function capsuleRoutes(d: AppDeps): Router {
   const r = new Router<Ctx['state']>();
@@ -28,11 +31,8 @@ export function capsuleRoutes(d: AppDeps): Router {
   });
 
   r.get('/v1/capsules', a, async (ctx: Ctx) => {
-    const lim = ctx.query.limit === undefined ? 20 : Number(ctx.query.limit);
-    if (!Number.isInteger(lim) || lim < 1 || lim > 100) throw invalid('limit', 'must be an integer from 1 to 100');
-    const cursor = typeof ctx.query.cursor === 'string' && ctx.query.cursor !== '' ? ctx.query.cursor : null;
-    if (cursor !== null && !/^[0-9TZ:.-]{20,40}\|[a-z]+_[0-9a-f]{1,64}$/.test(cursor)) throw invalid('cursor', 'not a cursor this endpoint issued');
-    const page = await s.capsules.list(caller(ctx), lim, cursor);
+    const { limit, cursor } = paging(ctx, CURSOR_RE);
+    const page = await s.capsules.list(caller(ctx), limit, cursor);
     ctx.body = { items: page.items.map(capsuleStatus), next_cursor: page.next_cursor };
   });
 
@@ -42,9 +42,10 @@ export function capsuleRoutes(d: AppDeps): Router {
 
   r.post('/v1/capsules/:id/exec', a, async (ctx: Ctx) => {
     const id = ctx.params.id ?? '';
-    await s.capsules.owned(caller(ctx), id);
+    // Ownership (404) before the body (400); exec() checks liveness again after the body is read.
+    const c = await s.capsules.owned(caller(ctx), id);
     const parsed = parseBody(execSchema, await json(ctx));
-    const body = { ...parsed, command: parsed.command ?? await s.capsules.entrypointFor(caller(ctx), id) };
+    const body = { ...parsed, command: parsed.command ?? await s.capsules.entrypointFor(c) };
     checkExecSizes(body);
     ctx.body = execView(id, await s.capsules.exec(caller(ctx), id, body));
   });

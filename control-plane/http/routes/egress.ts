@@ -1,9 +1,9 @@
 // Egress profile and rule routes (SPEC "Egress profiles (Team tier and above)").
 import Router from '@koa/router';
-import { invalid } from '../../../shared/errors.js';
 import type { EgressProfile, EgressRule } from '../../domain/index.js';
 import { caller, type AppDeps, type Ctx } from '../context.js';
 import { auth, idempotent, json } from '../middleware.js';
+import { paging } from '../paging.js';
 
 const CURSOR_RE = /^[0-9TZ:.-]{20,40}\|eg[pr]_[0-9a-f]{1,64}$/;
 
@@ -11,14 +11,6 @@ const profileView = (p: EgressProfile): Record<string, unknown> => ({ id: p.id, 
 const ruleView = (r: EgressRule): Record<string, unknown> => ({ id: r.id, kind: r.kind, value: r.value, port: r.port, profile_id: r.profile_id, created_at: r.created_at });
 const detailView = (p: EgressProfile, rules: EgressRule[]): Record<string, unknown> =>
   ({ ...profileView(p), rules: rules.map((r) => ({ id: r.id, kind: r.kind, value: r.value, port: r.port })) });
-
-function paging(ctx: Ctx): { limit: number; cursor: string | null } {
-  const limit = ctx.query.limit === undefined ? 20 : Number(ctx.query.limit);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalid('limit', 'must be an integer from 1 to 100');
-  const cursor = typeof ctx.query.cursor === 'string' && ctx.query.cursor !== '' ? ctx.query.cursor : null;
-  if (cursor !== null && !CURSOR_RE.test(cursor)) throw invalid('cursor', 'not a cursor this endpoint issued');
-  return { limit, cursor };
-}
 
 const body = async (ctx: Ctx): Promise<Record<string, unknown>> => (await json(ctx)) as Record<string, unknown>;
 
@@ -35,7 +27,7 @@ export function egressRoutes(d: AppDeps): Router {
   });
 
   r.get('/v1/egress/profiles', a, async (ctx: Ctx) => {
-    const { limit, cursor } = paging(ctx);
+    const { limit, cursor } = paging(ctx, CURSOR_RE);
     const page = await s.list(caller(ctx), limit, cursor);
     ctx.body = { items: page.items.map(profileView), next_cursor: page.next_cursor };
   });
@@ -62,7 +54,7 @@ export function egressRoutes(d: AppDeps): Router {
   });
 
   r.get('/v1/egress/profiles/:id/rules', a, async (ctx: Ctx) => {
-    const { limit, cursor } = paging(ctx);
+    const { limit, cursor } = paging(ctx, CURSOR_RE);
     const page = await s.rules(caller(ctx), ctx.params.id ?? '', limit, cursor);
     ctx.body = { items: page.items.map(ruleView), next_cursor: page.next_cursor };
   });
@@ -74,7 +66,7 @@ export function egressRoutes(d: AppDeps): Router {
 
   // Flat endpoints: every rule of the account; additions go to the profile named "default".
   r.get('/v1/egress', a, async (ctx: Ctx) => {
-    const { limit, cursor } = paging(ctx);
+    const { limit, cursor } = paging(ctx, CURSOR_RE);
     const page = await s.allRules(caller(ctx), limit, cursor);
     ctx.body = { items: page.items.map(ruleView), next_cursor: page.next_cursor };
   });
