@@ -49,13 +49,6 @@ for (let i = 0; i < 16; i++) {
   HEX_VALUE['0123456789ABCDEF'.charCodeAt(i)] = i;
 }
 
-/** Writes the bytes of a hex string (known valid, even length) into out at offset. */
-export function hexInto(hex: string, out: Uint8Array, offset: number): void {
-  for (let i = 0, o = offset; i < hex.length; i += 2, o++) {
-    out[o] = (HEX_VALUE[hex.charCodeAt(i)]! << 4) | HEX_VALUE[hex.charCodeAt(i + 1)]!;
-  }
-}
-
 const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
 const B64_INDEX = new Int16Array(128).fill(-1);
 for (let i = 0; i < B64.length; i++) B64_INDEX[B64.charCodeAt(i)] = i;

@@ -2,51 +2,25 @@
 // leaf = H(0x00 || d), node = H(0x01 || left || right), split at the largest
 // power of two below n, empty tree = H(""). Used for the activity root and by
 // the runner and egress proxy over data chunks.
-// Hashes travel as hex internally: hex output is the cheapest result form of
-// the providers, and a node's input is rebuilt in one reused buffer.
+// The activity root (verifier hot path) keeps hashes as binary strings and
+// rebuilds a node's input in one reused buffer; data-level roots (wipe
+// regions, egress chunks) use the incremental MerkleAccumulator.
 import { hasher, type CryptoProvider, type Hasher } from './crypto.js';
 import { canonicalize } from './jcs.js';
-import { binaryInto, binaryToHex, fromHex, hexInto } from './encoding.js';
+import { binaryInto, binaryToHex } from './encoding.js';
 
 const EMPTY = new Uint8Array(0);
 
 /** Merkle Tree Hash over raw leaf data; returns the 64-byte root. */
 export function merkleRoot(leaves: Uint8Array[], provider?: CryptoProvider): Uint8Array {
-  const h = hasher(provider);
-  const leafHashes = leaves.map((d) => {
-    const buf = new Uint8Array(d.length + 1);
-    buf.set(d, 1); // buf[0] = 0x00, the leaf domain byte
-    return h.sha512Hex(buf);
-  });
-  return fromHex(merkleRootHex(h, leafHashes))!;
+  const acc = new MerkleAccumulator(provider);
+  for (const leaf of leaves) acc.push(leaf);
+  return acc.root();
 }
 
-/**
- * Root (hex) over leaf hashes (hex). Bottom-up pairing that promotes an odd
- * last node unchanged builds exactly RFC 6962's tree (the left subtree is
- * always the largest power of two), without recursion.
- */
 // One node input buffer for all calls (a fresh 129-byte array lives off the
-// V8 heap and costs about as much as a hash). Never escapes merkleRootHex.
+// V8 heap and costs about as much as a hash). Never escapes rootHexOfBinaryLeaves.
 const NODE_SCRATCH = new Uint8Array(129);
-
-export function merkleRootHex(h: Hasher, leafHashes: string[]): string {
-  if (leafHashes.length === 0) return h.sha512Hex(EMPTY);
-  const scratch = NODE_SCRATCH;
-  scratch[0] = 0x01; // node domain byte
-  let nodes = leafHashes;
-  while (nodes.length > 1) {
-    const next: string[] = [];
-    for (let i = 0; i + 1 < nodes.length; i += 2) {
-      hexInto(nodes[i]!, scratch, 1);
-      hexInto(nodes[i + 1]!, scratch, 65);
-      next.push(h.sha512Hex(scratch));
-    }
-    if (nodes.length % 2 === 1) next.push(nodes[nodes.length - 1]!);
-    nodes = next;
-  }
-  return nodes[0]!;
-}
 
 /** Activity root over already-canonicalized events (JCS strings), serialized `sha512:<hex>`. */
 export function activityRootOfCanonical(h: Hasher, canonicalEvents: string[]): string {
@@ -62,9 +36,11 @@ export function activityRootHexOfCanonical(h: Hasher, canonicalEvents: string[])
 }
 
 /**
- * merkleRootHex over leaf hashes given as binary strings (one char per
- * byte): copying 64 chars into the node input is several times cheaper than
- * decoding 128 hex digits. Only the root is produced as hex.
+ * Root (hex) over leaf hashes given as binary strings (one char per byte):
+ * copying 64 chars into the node input is several times cheaper than
+ * decoding 128 hex digits. Bottom-up pairing that promotes an odd last node
+ * unchanged builds exactly RFC 6962's tree (the left subtree is always the
+ * largest power of two), without recursion. Only the root is produced as hex.
  */
 function rootHexOfBinaryLeaves(h: Hasher, leafHashes: string[]): string {
   if (leafHashes.length === 0) return h.sha512Hex(EMPTY);
