@@ -43,11 +43,6 @@ export function fromHex(hex: string): Uint8Array | undefined {
   return out;
 }
 
-const HEX_VALUE = new Int8Array(128).fill(-1);
-for (let i = 0; i < 16; i++) {
-  HEX_VALUE['0123456789abcdef'.charCodeAt(i)] = i;
-  HEX_VALUE['0123456789ABCDEF'.charCodeAt(i)] = i;
-}
 
 const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
 const B64_INDEX = new Int16Array(128).fill(-1);
