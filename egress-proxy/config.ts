@@ -8,6 +8,7 @@ import type { Rule } from './allowlist.js';
 import type { EgressEvent, EgressRefusal } from './events.js';
 import { checkMcpPolicy, type McpPolicy } from './mcp-policy.js';
 import type { EgressClock, EgressLimits } from './runtime.js';
+import { nowIsoMicros } from '../shared/time.js';
 
 export interface EgressProxyConfig {
   capsuleId: string;
@@ -34,15 +35,9 @@ export interface EgressProxyConfig {
   limits?: Partial<EgressLimits>;
 }
 
-const origin = performance.timeOrigin;
-/** Default wall/monotonic clock; RFC 3339 with six fraction digits (one time source for both parts). */
+/** Default wall/monotonic clock; RFC 3339 with six fraction digits. */
 export const systemClock: EgressClock = {
-  nowIso: () => {
-    const t = origin + performance.now();
-    const ms = Math.floor(t);
-    const micro = Math.min(999, Math.floor((t - ms) * 1000));
-    return `${new Date(ms).toISOString().slice(0, 23)}${String(micro).padStart(3, '0')}Z`;
-  },
+  nowIso: nowIsoMicros,
   monoMs: () => performance.now(),
 };
 

@@ -1,11 +1,9 @@
 // Production clock and randomness; tests and benches may inject their own.
 import { randomBytes } from 'node:crypto';
 import type { Clock, Random } from '../domain/index.js';
+import { isoMicros } from '../../shared/time.js';
 
-/** RFC 3339 UTC with exactly six fraction digits (CONTRACT 1). */
-export function isoMicros(ms: number): string {
-  return new Date(ms).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
-}
+export { isoMicros };
 
 export const systemClock: Clock = { nowMs: () => Date.now(), nowIso: () => isoMicros(Date.now()) };
 export const systemRandom: Random = (n) => new Uint8Array(randomBytes(n));
