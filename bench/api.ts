@@ -27,7 +27,8 @@ function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN;
 }
-const fmt = (xs: number[]): string => `p50 ${pct(xs, 50).toFixed(1)} ms  p99 ${pct(xs, 99).toFixed(1)} ms  (n=${xs.length})`;
+const fmt = (xs: number[]): string =>
+  `p50 ${pct(xs, 50).toFixed(1)} ms  p99 ${pct(xs, 99).toFixed(1)} ms  (n=${xs.length})`;
 
 async function timed<T>(out: number[], f: () => Promise<T>): Promise<T> {
   const t0 = performance.now();
@@ -49,7 +50,10 @@ async function benchDriver(driver: Driver): Promise<void> {
     const api = new Api(cp.url);
     const { key, email } = await api.signup();
     await cp.store.setTierByEmail(email, 'enterprise'); // no quota or concurrency cap in the way
-    const create: number[] = [], exec: number[] = [], destroy: number[] = [], round: number[] = [];
+    const create: number[] = [],
+      exec: number[] = [],
+      destroy: number[] = [],
+      round: number[] = [];
     const payload = Buffer.alloc(4096, 'x');
     // warm-up
     for (let i = 0; i < 5; i++) {
@@ -59,7 +63,11 @@ async function benchDriver(driver: Driver): Promise<void> {
     for (let i = 0; i < ITER; i++) {
       const c = await timed(create, () => api.req('POST', '/v1/capsules', { key, json: {} }));
       must(c, 201, 'create');
-      must(await timed(exec, () => api.req('POST', `/v1/capsules/${c.body.id}/exec`, { key, json: { command: 'true' } })), 200, 'exec');
+      must(
+        await timed(exec, () => api.req('POST', `/v1/capsules/${c.body.id}/exec`, { key, json: { command: 'true' } })),
+        200,
+        'exec',
+      );
       must(await timed(destroy, () => api.req('DELETE', `/v1/capsules/${c.body.id}`, { key })), 200, 'destroy');
     }
     const proofs: unknown[] = [];
@@ -69,7 +77,14 @@ async function benchDriver(driver: Driver): Promise<void> {
         must(c, 201, 'create');
         const id = c.body.id as string;
         must(await api.req('POST', `/v1/capsules/${id}/upload?filename=in.bin`, { key, raw: payload }), 200, 'upload');
-        must(await api.req('POST', `/v1/capsules/${id}/exec`, { key, json: { command: 'cp /data/input/in.bin /data/output/out.bin' } }), 200, 'exec');
+        must(
+          await api.req('POST', `/v1/capsules/${id}/exec`, {
+            key,
+            json: { command: 'cp /data/input/in.bin /data/output/out.bin' },
+          }),
+          200,
+          'exec',
+        );
         must(await api.req('GET', `/v1/capsules/${id}/output/out.bin`, { key }), 200, 'download');
         const d = await api.req('DELETE', `/v1/capsules/${id}`, { key });
         must(d, 200, 'destroy');
@@ -79,7 +94,9 @@ async function benchDriver(driver: Driver): Promise<void> {
       });
     }
     // The runner alone (same host, same run), to separate the control plane's share.
-    const rc: number[] = [], re: number[] = [], rd: number[] = [];
+    const rc: number[] = [],
+      re: number[] = [],
+      rd: number[] = [];
     for (let i = 0; i < ITER; i++) {
       const id = `cap_bench${i}`;
       await timed(rc, () => runner.client.create({ capsule_id: id, memory_mb: 256 }));
@@ -87,7 +104,9 @@ async function benchDriver(driver: Driver): Promise<void> {
       await timed(rd, () => runner.client.destroy(id));
     }
     console.log(`\n[${driver}] ${ITER} iterations, one at a time`);
-    console.log(`  runner alone: create p50 ${pct(rc, 50).toFixed(1)}, exec true p50 ${pct(re, 50).toFixed(1)}, destroy p50 ${pct(rd, 50).toFixed(1)} ms`);
+    console.log(
+      `  runner alone: create p50 ${pct(rc, 50).toFixed(1)}, exec true p50 ${pct(re, 50).toFixed(1)}, destroy p50 ${pct(rd, 50).toFixed(1)} ms`,
+    );
     console.log(`  create                     ${fmt(create)}`);
     console.log(`  exec true                  ${fmt(exec)}`);
     console.log(`  destroy (proof signed)     ${fmt(destroy)}`);
@@ -97,25 +116,43 @@ async function benchDriver(driver: Driver): Promise<void> {
     // POST /v1/verify throughput, 32 requests in flight from a worker thread
     // (so the load generator does not share the server's event loop), rate limiting off.
     const { n, bad } = await new Promise<{ n: number; bad: number }>((resolve, reject) => {
-      const w = new Worker(new URL(import.meta.url), { workerData: { url: `${cp.url}/v1/verify`, bodies: proofs.map((p) => JSON.stringify({ cdp: p })), seconds: VERIFY_SECONDS } });
+      const w = new Worker(new URL(import.meta.url), {
+        workerData: {
+          url: `${cp.url}/v1/verify`,
+          bodies: proofs.map((p) => JSON.stringify({ cdp: p })),
+          seconds: VERIFY_SECONDS,
+        },
+      });
       w.once('message', resolve);
       w.once('error', reject);
     });
-    console.log(`  POST /v1/verify            ${(n / VERIFY_SECONDS).toFixed(0)} verifications/s over ${VERIFY_SECONDS} s (32 in flight from a worker, ${proofs.length} distinct proofs, ${bad} not valid)`);
+    console.log(
+      `  POST /v1/verify            ${(n / VERIFY_SECONDS).toFixed(0)} verifications/s over ${VERIFY_SECONDS} s (32 in flight from a worker, ${proofs.length} distinct proofs, ${bad} not valid)`,
+    );
 
     // 50 capsules driven concurrently: create -> exec -> destroy each, count errors.
     const errors: string[] = [];
     const t0 = performance.now();
-    await Promise.all(Array.from({ length: CONCURRENT }, async (_, i) => {
-      try {
-        const c = await api.req('POST', '/v1/capsules', { key, json: {} });
-        must(c, 201, 'create');
-        must(await api.req('POST', `/v1/capsules/${c.body.id}/exec`, { key, json: { command: `echo ${i}` } }), 200, 'exec');
-        const d = await api.req('DELETE', `/v1/capsules/${c.body.id}`, { key });
-        must(d, 200, 'destroy');
-      } catch (e) { errors.push((e as Error).message); }
-    }));
-    console.log(`  ${CONCURRENT} concurrent capsules     ${errors.length} errors, all done in ${(performance.now() - t0).toFixed(0)} ms${errors.length ? `: ${errors[0]}` : ''}`);
+    await Promise.all(
+      Array.from({ length: CONCURRENT }, async (_, i) => {
+        try {
+          const c = await api.req('POST', '/v1/capsules', { key, json: {} });
+          must(c, 201, 'create');
+          must(
+            await api.req('POST', `/v1/capsules/${c.body.id}/exec`, { key, json: { command: `echo ${i}` } }),
+            200,
+            'exec',
+          );
+          const d = await api.req('DELETE', `/v1/capsules/${c.body.id}`, { key });
+          must(d, 200, 'destroy');
+        } catch (e) {
+          errors.push((e as Error).message);
+        }
+      }),
+    );
+    console.log(
+      `  ${CONCURRENT} concurrent capsules     ${errors.length} errors, all done in ${(performance.now() - t0).toFixed(0)} ms${errors.length ? `: ${errors[0]}` : ''}`,
+    );
   } finally {
     await cp.close();
     await runner.stop();
@@ -132,33 +169,58 @@ async function benchDriver(driver: Driver): Promise<void> {
 async function verifyLoad(url: string, bodies: string[], seconds: number): Promise<{ n: number; bad: number }> {
   const u = new URL(url);
   const agent = new http.Agent({ keepAlive: true, maxSockets: 32 });
-  const post = (body: Buffer): Promise<boolean> => new Promise((resolve, reject) => {
-    const r = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent,
-      headers: { 'content-type': 'application/json', 'content-length': body.length } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve((JSON.parse(Buffer.concat(chunks).toString('utf8')) as { valid?: boolean }).valid === true));
+  const post = (body: Buffer): Promise<boolean> =>
+    new Promise((resolve, reject) => {
+      const r = http.request(
+        {
+          host: u.hostname,
+          port: u.port,
+          path: u.pathname,
+          method: 'POST',
+          agent,
+          headers: { 'content-type': 'application/json', 'content-length': body.length },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () =>
+            resolve((JSON.parse(Buffer.concat(chunks).toString('utf8')) as { valid?: boolean }).valid === true),
+          );
+        },
+      );
+      r.on('error', reject);
+      r.end(body);
     });
-    r.on('error', reject);
-    r.end(body);
-  });
   const bufs = bodies.map((b) => Buffer.from(b));
-  let n = 0, bad = 0, i = 0;
+  let n = 0,
+    bad = 0,
+    i = 0;
   const until = performance.now() + seconds * 1000;
-  await Promise.all(Array.from({ length: 32 }, async () => {
-    while (performance.now() < until) {
-      if (await post(bufs[i++ % bufs.length]!)) n++; else bad++;
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      while (performance.now() < until) {
+        if (await post(bufs[i++ % bufs.length]!)) n++;
+        else bad++;
+      }
+    }),
+  );
   agent.destroy();
   return { n, bad };
 }
 
 if (isMainThread) {
   const { loadavg } = await import('node:os');
-  console.log(`bench:api  node ${process.version}  ${new Date().toISOString()}  load average ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
+  console.log(
+    `bench:api  node ${process.version}  ${new Date().toISOString()}  load average ${loadavg()
+      .map((x) => x.toFixed(1))
+      .join(' ')}`,
+  );
   for (const d of DRIVERS) await benchDriver(d);
-  console.log(`load average at the end ${loadavg().map((x) => x.toFixed(1)).join(' ')}`);
+  console.log(
+    `load average at the end ${loadavg()
+      .map((x) => x.toFixed(1))
+      .join(' ')}`,
+  );
 } else {
   const w = workerData as { url: string; bodies: string[]; seconds: number };
   parentPort?.postMessage(await verifyLoad(w.url, w.bodies, w.seconds));

@@ -10,7 +10,10 @@ import { startRunner } from '../test/helpers/runner.js';
 const RUNS = Number(process.env['BENCH_RUNS'] ?? 200);
 const MiB = 1024 * 1024;
 
-interface Series { name: string; ms: number[] }
+interface Series {
+  name: string;
+  ms: number[];
+}
 
 function pct(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
@@ -30,7 +33,29 @@ function runProc(file: string, args: string[]): Promise<number> {
   });
 }
 
-const BARE = ['--unshare-all', '--die-with-parent', '--new-session', '--ro-bind', '/usr', '/usr', '--symlink', 'usr/bin', '/bin', '--symlink', 'usr/lib', '/lib', '--symlink', 'usr/lib64', '/lib64', '--proc', '/proc', '--dev', '/dev', '--', '/bin/true'];
+const BARE = [
+  '--unshare-all',
+  '--die-with-parent',
+  '--new-session',
+  '--ro-bind',
+  '/usr',
+  '/usr',
+  '--symlink',
+  'usr/bin',
+  '/bin',
+  '--symlink',
+  'usr/lib',
+  '/lib',
+  '--symlink',
+  'usr/lib64',
+  '/lib64',
+  '--proc',
+  '/proc',
+  '--dev',
+  '/dev',
+  '--',
+  '/bin/true',
+];
 
 async function time<T>(fn: () => Promise<T>): Promise<number> {
   const t0 = performance.now();
@@ -64,7 +89,10 @@ function rss(pid: number): number {
 }
 
 async function main(): Promise<void> {
-  const r = await startRunner({ options: { max_input_bytes: String(2 * MiB), tmpfs_mb: '128', max_capsules: '512' }, uidCount: 1024 });
+  const r = await startRunner({
+    options: { max_input_bytes: String(2 * MiB), tmpfs_mb: '128', max_capsules: '512' },
+    uidCount: 1024,
+  });
   const c = r.client;
   const series: Series[] = [];
   const add = (name: string): Series => {
@@ -78,7 +106,9 @@ async function main(): Promise<void> {
     for (let i = 0; i < 10; i++) await runProc('bwrap', BARE);
     for (let i = 0; i < RUNS; i++) {
       bareRoot.ms.push(await time(() => runProc('bwrap', BARE)));
-      bareUser.ms.push(await time(() => runProc('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', 'bwrap', ...BARE])));
+      bareUser.ms.push(
+        await time(() => runProc('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', 'bwrap', ...BARE])),
+      );
     }
 
     const create = add('create');
@@ -93,14 +123,22 @@ async function main(): Promise<void> {
     await c.create({ capsule_id: 'b-exec', memory_mb: 128 });
     for (let i = 0; i < 10; i++) await c.exec({ capsule_id: 'b-exec', command: 'true', timeout_ms: 10000 });
     const execTrue = add('exec true');
-    for (let i = 0; i < RUNS; i++) execTrue.ms.push(await time(() => c.exec({ capsule_id: 'b-exec', command: 'true', timeout_ms: 10000 })));
+    for (let i = 0; i < RUNS; i++)
+      execTrue.ms.push(await time(() => c.exec({ capsule_id: 'b-exec', command: 'true', timeout_ms: 10000 })));
     const input = Buffer.alloc(MiB, 0x61).toString('base64');
     const execInput = add('exec with 1 MB input (wc -c)');
     for (let i = 0; i < RUNS; i++) {
-      execInput.ms.push(await time(async () => {
-        const res = await c.exec({ capsule_id: 'b-exec', command: 'wc -c < /data/input/data', input_b64: input, timeout_ms: 10000 });
-        if (res.stdout.trim() !== String(MiB)) throw new Error(`input not seen: ${res.stdout} ${res.stderr}`);
-      }));
+      execInput.ms.push(
+        await time(async () => {
+          const res = await c.exec({
+            capsule_id: 'b-exec',
+            command: 'wc -c < /data/input/data',
+            input_b64: input,
+            timeout_ms: 10000,
+          });
+          if (res.stdout.trim() !== String(MiB)) throw new Error(`input not seen: ${res.stdout} ${res.stderr}`);
+        }),
+      );
     }
     await c.destroy('b-exec');
 
@@ -118,7 +156,11 @@ async function main(): Promise<void> {
     for (let i = 0; i < RUNS; i++) {
       const id = `b-d64-${i}`;
       await c.create({ capsule_id: id, memory_mb: 256 });
-      const w = await c.exec({ capsule_id: id, command: 'head -c 67108864 /dev/zero | tr "\\0" x > /data/output/big', timeout_ms: 60000 });
+      const w = await c.exec({
+        capsule_id: id,
+        command: 'head -c 67108864 /dev/zero | tr "\\0" x > /data/output/big',
+        timeout_ms: 60000,
+      });
       if (w.exit_code !== 0) throw new Error(`64 MB write failed: ${w.stderr}`);
       const d = await time(async () => {
         const res = await c.destroy(id);
@@ -139,7 +181,7 @@ async function main(): Promise<void> {
     await new Promise((res) => setTimeout(res, 500));
     const after = meminfo();
     const rssAfter = rss(r.process.pid!);
-    const perCapsule = ((before['MemAvailable']! - after['MemAvailable']!) / 50 / MiB);
+    const perCapsule = (before['MemAvailable']! - after['MemAvailable']!) / 50 / MiB;
     // What each idle capsule holds, measured per capsule: its memory cgroup's charge (tmpfs pages,
     // kernel objects charged to it) and the bytes used on its tmpfs.
     let cgroupBytes = 0;
@@ -147,7 +189,10 @@ async function main(): Promise<void> {
     let procs = 0;
     let procRss = 0;
     for (let i = 0; i < 50; i++) {
-      const rec = JSON.parse(readFileSync(`${r.stateDir}/capsules/b-live-${i}.json`, 'utf8')) as { cgroup: { mode: string; memory: string }; tmpfs_dir: string };
+      const rec = JSON.parse(readFileSync(`${r.stateDir}/capsules/b-live-${i}.json`, 'utf8')) as {
+        cgroup: { mode: string; memory: string };
+        tmpfs_dir: string;
+      };
       const file = rec.cgroup.mode === 'v2' ? 'memory.current' : 'memory.usage_in_bytes';
       cgroupBytes += Number(readFileSync(`${rec.cgroup.memory}/${file}`, 'utf8'));
       const st = statfsSync(rec.tmpfs_dir);
@@ -159,16 +204,29 @@ async function main(): Promise<void> {
       }
     }
     const execAmong = add('exec true with 50 live capsules');
-    for (let i = 0; i < Math.min(RUNS, 200); i++) execAmong.ms.push(await time(() => c.exec({ capsule_id: `b-live-${i % 50}`, command: 'true', timeout_ms: 10000 })));
+    for (let i = 0; i < Math.min(RUNS, 200); i++)
+      execAmong.ms.push(
+        await time(() => c.exec({ capsule_id: `b-live-${i % 50}`, command: 'true', timeout_ms: 10000 })),
+      );
     for (let i = 0; i < 50; i++) await c.destroy(`b-live-${i}`);
 
     console.log(`sandbox runner benchmark, ${RUNS} runs per series, ${new Date().toISOString()}`);
     console.log(`load average at end: ${readFileSync('/proc/loadavg', 'utf8').trim()}`);
     for (const s of series) console.log(row(s));
-    const p50 = (s: Series): number => pct([...s.ms].sort((a, b) => a - b), 50);
-    console.log(`exec true p50 / bare root bwrap p50 = ${(p50(execTrue) / p50(bareRoot)).toFixed(2)}x; / bare setpriv+bwrap p50 = ${(p50(execTrue) / p50(bareUser)).toFixed(2)}x`);
-    console.log(`per idle capsule (measured over 50): memory cgroup charge ${(cgroupBytes / 50 / 1024).toFixed(0)} KiB, tmpfs used ${(tmpfsBytes / 50 / 1024).toFixed(0)} KiB, runner RSS ${((rssAfter - rssBefore) / 50 / 1024).toFixed(0)} KiB, processes ${(procs / 50).toFixed(1)} (private memory ${(procRss / Math.max(procs, 1) / 1024).toFixed(0)} KiB each)`);
-    console.log(`50 idle capsules: host MemAvailable drop ${((before['MemAvailable']! - after['MemAvailable']!) / MiB).toFixed(1)} MiB (${perCapsule.toFixed(2)} MiB each, noisy: shared machine); runner RSS +${((rssAfter - rssBefore) / MiB).toFixed(1)} MiB; Shmem +${((after['Shmem']! - before['Shmem']!) / MiB).toFixed(2)} MiB`);
+    const p50 = (s: Series): number =>
+      pct(
+        [...s.ms].sort((a, b) => a - b),
+        50,
+      );
+    console.log(
+      `exec true p50 / bare root bwrap p50 = ${(p50(execTrue) / p50(bareRoot)).toFixed(2)}x; / bare setpriv+bwrap p50 = ${(p50(execTrue) / p50(bareUser)).toFixed(2)}x`,
+    );
+    console.log(
+      `per idle capsule (measured over 50): memory cgroup charge ${(cgroupBytes / 50 / 1024).toFixed(0)} KiB, tmpfs used ${(tmpfsBytes / 50 / 1024).toFixed(0)} KiB, runner RSS ${((rssAfter - rssBefore) / 50 / 1024).toFixed(0)} KiB, processes ${(procs / 50).toFixed(1)} (private memory ${(procRss / Math.max(procs, 1) / 1024).toFixed(0)} KiB each)`,
+    );
+    console.log(
+      `50 idle capsules: host MemAvailable drop ${((before['MemAvailable']! - after['MemAvailable']!) / MiB).toFixed(1)} MiB (${perCapsule.toFixed(2)} MiB each, noisy: shared machine); runner RSS +${((rssAfter - rssBefore) / MiB).toFixed(1)} MiB; Shmem +${((after['Shmem']! - before['Shmem']!) / MiB).toFixed(2)} MiB`,
+    );
   } finally {
     await r.stop();
   }

@@ -34,22 +34,32 @@ const CONFIGS: [Config, string][] = [
   ['noble', 'verifyProof, default @noble provider (isomorphic)'],
 ];
 
-interface Measured { bare: number; full: number }
+interface Measured {
+  bare: number;
+  full: number;
+}
 
 /** Worker side: alternate blocks of bare verifies and full verifications. */
 function measure(config: Config, secs: number): Measured {
   const rawKey = fromBase64(doc.attestation.public_key.slice(7))!;
   const sig = fromBase64(doc.attestation.signature.slice(7))!;
   const msg = Buffer.from(doc.canonical_hash.slice(7), 'ascii');
-  const keyObject = createPublicKey({ key: Buffer.concat([Buffer.from('302a300506032b6570032100', 'hex'), rawKey]), format: 'der', type: 'spki' });
-  const crypto: CryptoProvider = config === 'noble' ? nobleCrypto : createNodeCrypto({ cacheKeys: config === 'cached' });
+  const keyObject = createPublicKey({
+    key: Buffer.concat([Buffer.from('302a300506032b6570032100', 'hex'), rawKey]),
+    format: 'der',
+    type: 'spki',
+  });
+  const crypto: CryptoProvider =
+    config === 'noble' ? nobleCrypto : createNodeCrypto({ cacheKeys: config === 'cached' });
   const rawBuf = Buffer.from(rawKey);
-  const importKey = NODE_KEY_IMPORT === 'raw-public'
-    ? { key: rawBuf, format: 'raw-public', asymmetricKeyType: 'ed25519' }
-    : { key: Buffer.concat([Buffer.from('302a300506032b6570032100', 'hex'), rawBuf]), format: 'der', type: 'spki' };
-  const full = config === 'parse-uncached'
-    ? () => verifyProof(JSON.parse(text), { crypto }).valid
-    : () => verifyProof(doc, { crypto }).valid;
+  const importKey =
+    NODE_KEY_IMPORT === 'raw-public'
+      ? { key: rawBuf, format: 'raw-public', asymmetricKeyType: 'ed25519' }
+      : { key: Buffer.concat([Buffer.from('302a300506032b6570032100', 'hex'), rawBuf]), format: 'der', type: 'spki' };
+  const full =
+    config === 'parse-uncached'
+      ? () => verifyProof(JSON.parse(text), { crypto }).valid
+      : () => verifyProof(doc, { crypto }).valid;
   const importsKey = config === 'uncached' || config === 'parse-uncached';
   const bare = importsKey
     ? () => nodeVerify(null, msg, importKey as unknown as Parameters<typeof nodeVerify>[2], sig)
@@ -57,18 +67,29 @@ function measure(config: Config, secs: number): Measured {
   const block = config === 'noble' ? 4 : BLOCK;
   // CPU time of this process (the main thread idles meanwhile), so that being
   // preempted by other processes on a shared machine does not count.
-  const cpuMs = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1000; };
+  const cpuMs = () => {
+    const u = process.cpuUsage();
+    return (u.user + u.system) / 1000;
+  };
   const run = (f: () => boolean, n: number): number => {
     const t0 = cpuMs();
     for (let i = 0; i < n; i++) if (!f()) throw new Error(`${config}: verification returned false`);
     return cpuMs() - t0;
   };
-  for (let i = 0; i < 20; i++) { run(bare, block); run(full, block); } // warm up
-  let tb = 0, tf = 0, nb = 0, nf = 0;
+  for (let i = 0; i < 20; i++) {
+    run(bare, block);
+    run(full, block);
+  } // warm up
+  let tb = 0,
+    tf = 0,
+    nb = 0,
+    nf = 0;
   const end = cpuMs() + secs * 1000;
   while (cpuMs() < end) {
-    tb += run(bare, block); nb += block;
-    tf += run(full, block); nf += block;
+    tb += run(bare, block);
+    nb += block;
+    tf += run(full, block);
+    nf += block;
   }
   return { bare: nb / (tb / 1000), full: nf / (tf / 1000) };
 }
@@ -76,7 +97,10 @@ function measure(config: Config, secs: number): Measured {
 function inWorker(config: Config, secs: number): Promise<Measured> {
   return new Promise((resolve, reject) => {
     const w = new Worker(new URL(import.meta.url), { workerData: { config, secs } });
-    w.once('message', (m: Measured) => { resolve(m); void w.terminate(); });
+    w.once('message', (m: Measured) => {
+      resolve(m);
+      void w.terminate();
+    });
     w.once('error', reject);
   });
 }
@@ -84,9 +108,15 @@ function inWorker(config: Config, secs: number): Promise<Measured> {
 const fmt = (n: number) => n.toFixed(0).padStart(7);
 
 async function main(): Promise<void> {
-  console.log(`Proof verification benchmark: ${vectorPath.split('/').slice(-2).join('/')} (${text.length} bytes of JSON)`);
-  console.log(`node ${process.version}, ${cpus()[0]?.model ?? 'cpu'}, ${availableParallelism()} cores; one worker per configuration, bare and full verification alternated in blocks of ${BLOCK}, one-core rates per CPU-second; node provider key import: ${NODE_KEY_IMPORT}\n`);
-  console.log(`${'one core'.padEnd(56)} ${'proofs/s'.padStart(9)} ${'bare/s'.padStart(8)}  ratio   (bare: key imported per call where the proof's key is, else a parsed KeyObject)`);
+  console.log(
+    `Proof verification benchmark: ${vectorPath.split('/').slice(-2).join('/')} (${text.length} bytes of JSON)`,
+  );
+  console.log(
+    `node ${process.version}, ${cpus()[0]?.model ?? 'cpu'}, ${availableParallelism()} cores; one worker per configuration, bare and full verification alternated in blocks of ${BLOCK}, one-core rates per CPU-second; node provider key import: ${NODE_KEY_IMPORT}\n`,
+  );
+  console.log(
+    `${'one core'.padEnd(56)} ${'proofs/s'.padStart(9)} ${'bare/s'.padStart(8)}  ratio   (bare: key imported per call where the proof's key is, else a parsed KeyObject)`,
+  );
   for (const [config, name] of CONFIGS) {
     const m = await inWorker(config, config === 'noble' ? Math.min(seconds, 2) : seconds);
     console.log(`${name.padEnd(56)} ${fmt(m.full)}   ${fmt(m.bare)}  ${((m.full / m.bare) * 100).toFixed(1)}%`);
@@ -108,9 +138,12 @@ async function main(): Promise<void> {
       const secs = (performance.now() - t0) / 1000;
       const c1 = process.cpuUsage(c0);
       const cpuSecs = (c1.user + c1.system) / 1e6;
-      if (!out.every((o) => 'verdicts' in o && o.verdicts.every((v) => v.result.valid))) throw new Error('batch result not all valid');
+      if (!out.every((o) => 'verdicts' in o && o.verdicts.every((v) => v.result.valid)))
+        throw new Error('batch result not all valid');
       const label = `${workers} thread${workers > 1 ? 's' : ''}, key ${cacheKeys ? 'cached' : 'parsed per proof'}`;
-      console.log(`${label.padEnd(56)} ${fmt(n / secs)}   ${fmt(n / cpuSecs)}    (${secs.toFixed(2)} s wall, ${cpuSecs.toFixed(2)} s CPU)`);
+      console.log(
+        `${label.padEnd(56)} ${fmt(n / secs)}   ${fmt(n / cpuSecs)}    (${secs.toFixed(2)} s wall, ${cpuSecs.toFixed(2)} s CPU)`,
+      );
     }
   }
 }

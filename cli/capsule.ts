@@ -31,7 +31,9 @@ async function run(argv: string[]): Promise<number> {
 }
 
 run(process.argv.slice(2)).then(
-  (code) => { process.exitCode = code; },
+  (code) => {
+    process.exitCode = code;
+  },
   (err: unknown) => {
     // Last resort: one line, never a stack trace.
     process.stderr.write(`capsule: ${err instanceof Error ? err.message : String(err)}\n`);

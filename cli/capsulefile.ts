@@ -60,7 +60,12 @@ async function loadSource(dir: string): Promise<Source> {
     const bytes = await readFile(real);
     const sizeWhyNow = fileSizeProblem(bytes.length);
     if (sizeWhyNow !== null) throw new Failure(`${name}: ${sizeWhyNow}`);
-    files.push({ filename: name, size_bytes: bytes.length, sha512: `sha512:${createHash('sha512').update(bytes).digest('hex')}`, bytes });
+    files.push({
+      filename: name,
+      size_bytes: bytes.length,
+      sha512: `sha512:${createHash('sha512').update(bytes).digest('hex')}`,
+      bytes,
+    });
   }
   return { definition, files };
 }
@@ -70,7 +75,12 @@ const entries = (files: readonly LoadedFile[]): CapsulefileFileEntry[] =>
 
 /** Minimal API client: JSON in and out, the SPEC error envelope turned into one line. */
 function apiClient(base: URL, apiKey: string) {
-  const call = async (method: string, path: string, body?: { json: unknown } | { bytes: Uint8Array }, idempotent = false): Promise<Record<string, unknown>> => {
+  const call = async (
+    method: string,
+    path: string,
+    body?: { json: unknown } | { bytes: Uint8Array },
+    idempotent = false,
+  ): Promise<Record<string, unknown>> => {
     const headers: Record<string, string> = { authorization: `Bearer ${apiKey}` };
     if (idempotent) headers['idempotency-key'] = randomUUID();
     let payload: string | Uint8Array | undefined;
@@ -84,7 +94,12 @@ function apiClient(base: URL, apiKey: string) {
     const url = new URL(path.replace(/^\//, ''), base.href.endsWith('/') ? base.href : `${base.href}/`);
     let res: Response;
     try {
-      res = await fetch(url, { method, headers, body: payload as string | Uint8Array<ArrayBuffer> | undefined, signal: AbortSignal.timeout(120_000) });
+      res = await fetch(url, {
+        method,
+        headers,
+        body: payload as string | Uint8Array<ArrayBuffer> | undefined,
+        signal: AbortSignal.timeout(120_000),
+      });
     } catch (err) {
       const why = err instanceof Error && err.name === 'TimeoutError' ? 'timed out' : 'could not connect';
       throw new Failure(`${method} ${url.pathname}: ${why} (${url.origin})`);
@@ -102,7 +117,8 @@ function apiClient(base: URL, apiKey: string) {
       throw new Failure(`${method} ${url.pathname}: ${res.status} ${detail}`);
     }
     if (res.status === 204) return {};
-    if (parsed === null || typeof parsed !== 'object') throw new Failure(`${method} ${url.pathname}: the service answered with no JSON body`);
+    if (parsed === null || typeof parsed !== 'object')
+      throw new Failure(`${method} ${url.pathname}: the service answered with no JSON body`);
     return parsed as Record<string, unknown>;
   };
   return call;
@@ -114,16 +130,20 @@ async function push(cfg: Extract<Config, { command: 'push' }>, out: (line: strin
   const call = apiClient(cfg.apiUrl, cfg.apiKey);
   const created = await call('POST', '/v1/capsulefiles', { json: source.definition }, true);
   const id = created['id'];
-  if (typeof id !== 'string' || !/^cf_[A-Za-z0-9_-]+$/.test(id)) throw new Failure('create answered without a Capsulefile id');
+  if (typeof id !== 'string' || !/^cf_[A-Za-z0-9_-]+$/.test(id))
+    throw new Failure('create answered without a Capsulefile id');
   const base = `/v1/capsulefiles/${encodeURIComponent(id)}`;
   try {
     for (const f of source.files) {
       const up = await call('POST', `${base}/files?filename=${encodeURIComponent(f.filename)}`, { bytes: f.bytes });
-      if (up['sha512'] !== f.sha512) throw new Failure(`${f.filename}: the service recorded a different SHA-512 than was sent`);
+      if (up['sha512'] !== f.sha512)
+        throw new Failure(`${f.filename}: the service recorded a different SHA-512 than was sent`);
     }
     const fin = await call('POST', `${base}/finalize`, undefined, true);
     if (fin['content_hash'] !== localHash) {
-      throw new Failure(`finalized ${id}, but its content hash ${String(fin['content_hash'])} differs from the local ${localHash}`);
+      throw new Failure(
+        `finalized ${id}, but its content hash ${String(fin['content_hash'])} differs from the local ${localHash}`,
+      );
     }
   } catch (err) {
     // Leave nothing half-way: a draft that failed to upload or finalize is removed.

@@ -11,7 +11,13 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync }
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RunnerClient } from '../shared/node/runner-client.js';
-import { ConfigError, loadConfigFromProcess, ReconnectingRunner, startControlPlane, type ConfigOverrides } from '../control-plane/index.js';
+import {
+  ConfigError,
+  loadConfigFromProcess,
+  ReconnectingRunner,
+  startControlPlane,
+  type ConfigOverrides,
+} from '../control-plane/index.js';
 
 const USAGE = 'usage: capsule serve [--port N] [--data-dir DIR] [--runner-socket PATH]\n';
 const RUNNER_MAIN = fileURLToPath(new URL('../sandbox-runner/main.js', import.meta.url));
@@ -27,9 +33,13 @@ function parseArgs(argv: string[]): ConfigOverrides | string {
       if (!Number.isInteger(v) || v < 0 || v > 65535) return '--port: expected a port number';
       over.port = v;
     } else if (flag === '--data-dir') {
-      const v = value(); if (!v) return '--data-dir: expected a directory'; over.dataDir = v;
+      const v = value();
+      if (!v) return '--data-dir: expected a directory';
+      over.dataDir = v;
     } else if (flag === '--runner-socket') {
-      const v = value(); if (!v) return '--runner-socket: expected a socket path'; over.runnerSocket = v;
+      const v = value();
+      if (!v) return '--runner-socket: expected a socket path';
+      over.runnerSocket = v;
     } else if (flag === '-h' || flag === '--help') {
       return 'help';
     } else {
@@ -46,7 +56,11 @@ async function stopStaleRunner(pidFile: string): Promise<void> {
   rmSync(pidFile, { force: true });
   if (!Number.isInteger(pid) || pid <= 1) return;
   let cmd = '';
-  try { cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8'); } catch { return; }
+  try {
+    cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return;
+  }
   if (!cmd.includes(RUNNER_MAIN)) return; // pid reused by something else: not ours
   process.kill(pid, 'SIGTERM');
   for (let i = 0; i < 100 && existsSync(`/proc/${pid}`); i++) await new Promise((r) => setTimeout(r, 100));
@@ -73,17 +87,27 @@ async function spawnRunner(dataDir: string): Promise<{ child: ChildProcess; sock
   await stopStaleRunner(pidFile);
   const socket = join(dir, 'runner.sock');
   // setpriv --pdeathsig: the runner gets SIGTERM if this process dies, even by SIGKILL.
-  const child = spawn('setpriv', ['--pdeathsig', 'TERM', process.execPath, RUNNER_MAIN, `--socket=${socket}`, `--state_dir=${join(dir, 'state')}`], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = spawn(
+    'setpriv',
+    ['--pdeathsig', 'TERM', process.execPath, RUNNER_MAIN, `--socket=${socket}`, `--state_dir=${join(dir, 'state')}`],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   writeFileSync(pidFile, String(child.pid ?? ''), { mode: 0o600 });
   await new Promise<void>((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => reject(new Error('runner did not report ready within 30 s')), 30_000);
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`runner exited with code ${code} before it was ready`)); });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`runner exited with code ${code} before it was ready`));
+    });
     child.stdout?.on('data', (b: Buffer) => {
       out += b.toString('utf8');
-      if (/^ready /m.test(out)) { clearTimeout(timer); resolve(); }
+      if (/^ready /m.test(out)) {
+        clearTimeout(timer);
+        resolve();
+      }
     });
   });
   return { child, socket };
@@ -91,11 +115,22 @@ async function spawnRunner(dataDir: string): Promise<{ child: ChildProcess; sock
 
 export async function main(argv: string[]): Promise<number> {
   const over = parseArgs(argv);
-  if (over === 'help') { process.stdout.write(USAGE); return 0; }
-  if (typeof over === 'string') { process.stderr.write(`capsule serve: ${over}\n${USAGE}`); return 2; }
+  if (over === 'help') {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  if (typeof over === 'string') {
+    process.stderr.write(`capsule serve: ${over}\n${USAGE}`);
+    return 2;
+  }
   let config;
-  try { config = loadConfigFromProcess(over); } catch (e) {
-    if (e instanceof ConfigError) { process.stderr.write(`capsule serve: bad configuration: ${e.message}\n`); return 2; }
+  try {
+    config = loadConfigFromProcess(over);
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`capsule serve: bad configuration: ${e.message}\n`);
+      return 2;
+    }
     throw e;
   }
   let child: ChildProcess | null = null;
@@ -105,7 +140,9 @@ export async function main(argv: string[]): Promise<number> {
   const runner = new ReconnectingRunner(() => new RunnerClient(sock));
   const cp = await startControlPlane(config, runner);
   runner.onReconnect(() => cp.services.recovery.reset());
-  process.stdout.write(`capsule: control plane listening on ${cp.url} (database: ${config.database.driver}, data dir: ${config.dataDir})\n`);
+  process.stdout.write(
+    `capsule: control plane listening on ${cp.url} (database: ${config.database.driver}, data dir: ${config.dataDir})\n`,
+  );
   return new Promise<number>((resolve) => {
     let stopping = false;
     const stop = async (): Promise<void> => {
@@ -115,7 +152,10 @@ export async function main(argv: string[]): Promise<number> {
       await runner.close().catch(() => undefined);
       if (child && child.exitCode === null) {
         child.kill('SIGTERM');
-        await new Promise((r) => { child?.once('exit', r); setTimeout(r, 15_000).unref(); });
+        await new Promise((r) => {
+          child?.once('exit', r);
+          setTimeout(r, 15_000).unref();
+        });
       }
       resolve(0);
     };

@@ -14,7 +14,10 @@ export interface Item {
   vectorManifest?: TrustManifest;
 }
 
-export interface Verdict { label: string; result: VerifyResult }
+export interface Verdict {
+  label: string;
+  result: VerifyResult;
+}
 export type LineOutcome = { verdicts: Verdict[] } | { error: string };
 
 export interface VerifySettings {
@@ -30,7 +33,13 @@ export function itemsOf(value: unknown, label: string): Item[] {
   if (!isObject(value) || value['cdp_version'] !== undefined) return [{ label, doc: value }];
   if (value['document'] !== undefined && value['expect'] !== undefined) {
     const m = validateManifest(value['manifest']);
-    return [{ label: `${label} (test vector)`, doc: value['document'], ...(typeof m === 'string' ? {} : { vectorManifest: m }) }];
+    return [
+      {
+        label: `${label} (test vector)`,
+        doc: value['document'],
+        ...(typeof m === 'string' ? {} : { vectorManifest: m }),
+      },
+    ];
   }
   const items: Item[] = [];
   if (value['cdp'] !== undefined) items.push({ label: `${label} cdp`, doc: value['cdp'] });
@@ -70,14 +79,17 @@ export function validateManifest(v: unknown): TrustManifest | string {
   for (let i = 0; i < auths.length; i++) {
     const a: unknown = auths[i];
     if (!isObject(a)) return `trust manifest: authorities[${i}] must be an object`;
-    if (typeof a['signing_authority_id'] !== 'string') return `trust manifest: authorities[${i}].signing_authority_id must be a string`;
+    if (typeof a['signing_authority_id'] !== 'string')
+      return `trust manifest: authorities[${i}].signing_authority_id must be a string`;
     const keys = a['keys'];
     if (!Array.isArray(keys)) return `trust manifest: authorities[${i}].keys must be an array`;
     for (let j = 0; j < keys.length; j++) {
       const k: unknown = keys[j];
       if (!isObject(k)) return `trust manifest: authorities[${i}].keys[${j}] must be an object`;
-      if (!Number.isInteger(k['signing_key_version'])) return `trust manifest: authorities[${i}].keys[${j}].signing_key_version must be an integer`;
-      if (typeof k['public_key'] !== 'string') return `trust manifest: authorities[${i}].keys[${j}].public_key must be a string`;
+      if (!Number.isInteger(k['signing_key_version']))
+        return `trust manifest: authorities[${i}].keys[${j}].signing_key_version must be an integer`;
+      if (typeof k['public_key'] !== 'string')
+        return `trust manifest: authorities[${i}].keys[${j}].public_key must be a string`;
     }
   }
   return v as unknown as TrustManifest;

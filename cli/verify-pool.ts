@@ -20,28 +20,41 @@ export interface BatchOptions {
 export async function verifyLines(lines: string[], labels: string[], opts: BatchOptions = {}): Promise<LineOutcome[]> {
   const workers = Math.max(1, Math.min(opts.workers ?? availableParallelism(), Math.ceil(lines.length / CHUNK_LINES)));
   if (workers === 1 || (opts.workers === undefined && lines.length < PARALLEL_MIN_LINES)) {
-    const settings = { crypto: createNodeCrypto({ cacheKeys: Boolean(opts.cacheKeys) }), ...(opts.manifest ? { manifest: opts.manifest } : {}) };
+    const settings = {
+      crypto: createNodeCrypto({ cacheKeys: Boolean(opts.cacheKeys) }),
+      ...(opts.manifest ? { manifest: opts.manifest } : {}),
+    };
     return lines.map((l, i) => verifyLine(l, labels[i]!, settings));
   }
   const outcomes: LineOutcome[] = new Array(lines.length);
   const chunks: { id: number; start: number; end: number }[] = [];
-  for (let s = 0; s < lines.length; s += CHUNK_LINES) chunks.push({ id: chunks.length, start: s, end: Math.min(lines.length, s + CHUNK_LINES) });
+  for (let s = 0; s < lines.length; s += CHUNK_LINES)
+    chunks.push({ id: chunks.length, start: s, end: Math.min(lines.length, s + CHUNK_LINES) });
   let next = 0;
   const url = new URL('./verify-worker.js', import.meta.url);
-  await Promise.all(Array.from({ length: workers }, () => new Promise<void>((resolve, reject) => {
-    const w = new Worker(url, { workerData: { manifest: opts.manifest, cacheKeys: Boolean(opts.cacheKeys) } });
-    const feed = () => {
-      const c = chunks[next++];
-      if (c === undefined) { void w.terminate().then(() => resolve()); return; }
-      w.postMessage({ id: c.id, lines: lines.slice(c.start, c.end), labels: labels.slice(c.start, c.end) });
-    };
-    w.on('message', (m: { id: number; outcomes: LineOutcome[] }) => {
-      const c = chunks[m.id]!;
-      for (let i = 0; i < m.outcomes.length; i++) outcomes[c.start + i] = m.outcomes[i]!;
-      feed();
-    });
-    w.on('error', reject);
-    feed();
-  })));
+  await Promise.all(
+    Array.from(
+      { length: workers },
+      () =>
+        new Promise<void>((resolve, reject) => {
+          const w = new Worker(url, { workerData: { manifest: opts.manifest, cacheKeys: Boolean(opts.cacheKeys) } });
+          const feed = () => {
+            const c = chunks[next++];
+            if (c === undefined) {
+              void w.terminate().then(() => resolve());
+              return;
+            }
+            w.postMessage({ id: c.id, lines: lines.slice(c.start, c.end), labels: labels.slice(c.start, c.end) });
+          };
+          w.on('message', (m: { id: number; outcomes: LineOutcome[] }) => {
+            const c = chunks[m.id]!;
+            for (let i = 0; i < m.outcomes.length; i++) outcomes[c.start + i] = m.outcomes[i]!;
+            feed();
+          });
+          w.on('error', reject);
+          feed();
+        }),
+    ),
+  );
   return outcomes;
 }

@@ -4,11 +4,17 @@ import { createNodeCrypto } from '../shared/node/crypto-node.js';
 import type { TrustManifest } from '../shared/proof/index.js';
 import { verifyLine, type LineOutcome } from './verify-input.js';
 
-interface Chunk { id: number; lines: string[]; labels: string[] }
+interface Chunk {
+  id: number;
+  lines: string[];
+  labels: string[];
+}
 
 const settings = {
   crypto: createNodeCrypto({ cacheKeys: Boolean((workerData as { cacheKeys?: boolean }).cacheKeys) }),
-  ...((workerData as { manifest?: TrustManifest }).manifest ? { manifest: (workerData as { manifest: TrustManifest }).manifest } : {}),
+  ...((workerData as { manifest?: TrustManifest }).manifest
+    ? { manifest: (workerData as { manifest: TrustManifest }).manifest }
+    : {}),
 };
 
 parentPort!.on('message', (chunk: Chunk) => {

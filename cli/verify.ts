@@ -6,7 +6,14 @@
 import { closeSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
 import { createNodeCrypto } from '../shared/node/crypto-node.js';
 import { STAGE_NAMES, type TrustManifest, type VerifyResult } from '../shared/proof/index.js';
-import { itemsOf, jsonErrorReason, validateManifest, verifyItems, type LineOutcome, type Verdict } from './verify-input.js';
+import {
+  itemsOf,
+  jsonErrorReason,
+  validateManifest,
+  verifyItems,
+  type LineOutcome,
+  type Verdict,
+} from './verify-input.js';
 import { verifyLines } from './verify-pool.js';
 
 const USAGE = `usage: capsule verify [--json] [--trust-manifest FILE] FILE...|-
@@ -26,7 +33,11 @@ export const MAX_INPUT_BYTES = 256 * 1024 * 1024;
 
 class InputError extends Error {}
 
-interface Args { json: boolean; manifestPath?: string; files: string[] }
+interface Args {
+  json: boolean;
+  manifestPath?: string;
+  files: string[];
+}
 
 function parseArgs(argv: string[]): Args | string {
   const args: Args = { json: false, files: [] };
@@ -72,7 +83,8 @@ function readText(path: string): string {
       const st = statSync(path);
       if (st.isDirectory()) throw new InputError(`${path}: is a directory, not a proof file`);
       if (!st.isFile() && !st.isFIFO() && !st.isCharacterDevice()) throw new InputError(`${path}: not a regular file`);
-      if (st.size > MAX_INPUT_BYTES) throw new InputError(`${path}: larger than ${MAX_INPUT_BYTES / 1048576} MiB; split it into JSON-lines files`);
+      if (st.size > MAX_INPUT_BYTES)
+        throw new InputError(`${path}: larger than ${MAX_INPUT_BYTES / 1048576} MiB; split it into JSON-lines files`);
       if (st.isFile()) {
         bytes = readFileSync(path);
       } else {
@@ -87,11 +99,18 @@ function readText(path: string): string {
   } catch (err) {
     if (err instanceof InputError) throw err;
     const code = (err as NodeJS.ErrnoException).code;
-    const what = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied'
-      : code === 'EISDIR' ? 'is a directory, not a proof file' : `cannot read (${code ?? 'error'})`;
+    const what =
+      code === 'ENOENT'
+        ? 'no such file'
+        : code === 'EACCES'
+          ? 'permission denied'
+          : code === 'EISDIR'
+            ? 'is a directory, not a proof file'
+            : `cannot read (${code ?? 'error'})`;
     throw new InputError(`${path === '-' ? 'stdin' : path}: ${what}`);
   }
-  if (bytes.length > MAX_INPUT_BYTES) throw new InputError(`${label(path)}: larger than ${MAX_INPUT_BYTES / 1048576} MiB`);
+  if (bytes.length > MAX_INPUT_BYTES)
+    throw new InputError(`${label(path)}: larger than ${MAX_INPUT_BYTES / 1048576} MiB`);
   let text: string;
   try {
     text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false }).decode(bytes);
@@ -119,7 +138,10 @@ async function verifyInput(path: string, manifest: TrustManifest | undefined): P
     const lines: string[] = [];
     const labels: string[] = [];
     raw.forEach((l, i) => {
-      if (l.trim() !== '') { lines.push(l); labels.push(`${name}:${i + 1}`); }
+      if (l.trim() !== '') {
+        lines.push(l);
+        labels.push(`${name}:${i + 1}`);
+      }
     });
     const first = lines[0]!;
     try {
@@ -137,7 +159,8 @@ function describe(v: Verdict): string {
   if (r.valid) {
     const notes = [`${r.checks.step_count} steps`, r.checks.algorithm];
     if (r.completeness === 'partial') notes.unshift('partial proof: integrity of the document only');
-    if (r.checks.chain_recomputed === false) notes.push('legacy session form: chain hashes taken from the document, not recomputed');
+    if (r.checks.chain_recomputed === false)
+      notes.push('legacy session form: chain hashes taken from the document, not recomputed');
     return `${v.label}: AuditProof verified (${notes.join(', ')})`;
   }
   const stage = STAGE_NAMES[r.stage_reached] ?? 'unknown';
@@ -171,7 +194,12 @@ export async function main(argv: string[]): Promise<number> {
   let verified = 0;
   let failedCount = 0;
   const out: string[] = [];
-  const flush = () => { if (out.length) { process.stdout.write(out.join('\n') + '\n'); out.length = 0; } };
+  const flush = () => {
+    if (out.length) {
+      process.stdout.write(out.join('\n') + '\n');
+      out.length = 0;
+    }
+  };
   try {
     const manifest = args.manifestPath !== undefined ? loadManifest(args.manifestPath) : undefined;
     for (const file of args.files) {
@@ -194,7 +222,10 @@ export async function main(argv: string[]): Promise<number> {
         }
         for (const v of o.verdicts) {
           if (v.result.valid) verified++;
-          else { failedCount++; if (exit === 0) exit = 1; }
+          else {
+            failedCount++;
+            if (exit === 0) exit = 1;
+          }
           out.push(args.json ? JSON.stringify(v.result) : describe(v));
           if (out.length >= 1000) flush();
         }

@@ -9,8 +9,7 @@ import { z } from 'zod';
 import type { PaidTierTable } from './domain/index.js';
 
 export type DatabaseConfig =
-  | { driver: 'sqlite'; file: string; synchronous: 'full' | 'normal' }
-  | { driver: 'postgresql'; url: string };
+  { driver: 'sqlite'; file: string; synchronous: 'full' | 'normal' } | { driver: 'postgresql'; url: string };
 
 export interface Config {
   host: string;
@@ -40,7 +39,10 @@ export interface Config {
   /** Directory of the per-capsule egress proxy sockets; must be reachable by the runner (CAPSULE_EGRESS_SOCKET_DIR, default <dataDir>/egress). */
   egressSocketDir: string;
   /** Per-tier Capsulefile limits (policies/capsulefile-tier-limits.yaml). */
-  capsulefileLimits: Record<'free' | 'starter' | 'business' | 'enterprise', { max_memory_mb: number; max_capsulefiles: number | null }>;
+  capsulefileLimits: Record<
+    'free' | 'starter' | 'business' | 'enterprise',
+    { max_memory_mb: number; max_capsulefiles: number | null }
+  >;
 }
 
 export class ConfigError extends Error {}
@@ -70,18 +72,25 @@ function bool(v: string | undefined, dflt: boolean): boolean {
   throw new ConfigError(`expected a boolean, got "${v}"`);
 }
 
-export interface ConfigOverrides { port?: number; dataDir?: string; runnerSocket?: string | null; databaseUrl?: string }
+export interface ConfigOverrides {
+  port?: number;
+  dataDir?: string;
+  runnerSocket?: string | null;
+  databaseUrl?: string;
+}
 
 export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): Config {
   const portRaw = over.port ?? (env.PORT ? Number(env.PORT) : 8080);
-  if (!Number.isInteger(portRaw) || portRaw < 0 || portRaw > 65535) throw new ConfigError(`PORT: not a port number: ${String(env.PORT)}`);
+  if (!Number.isInteger(portRaw) || portRaw < 0 || portRaw > 65535)
+    throw new ConfigError(`PORT: not a port number: ${String(env.PORT)}`);
   const dataDir = resolve(over.dataDir ?? env.CAPSULE_DATA_DIR ?? './data');
   const url = over.databaseUrl ?? secret(env, 'DATABASE_URL');
   const sync = (env.CAPSULE_SQLITE_SYNCHRONOUS ?? 'normal').toLowerCase();
   if (sync !== 'full' && sync !== 'normal') throw new ConfigError('CAPSULE_SQLITE_SYNCHRONOUS: full or normal');
   let database: DatabaseConfig;
   if (url && /^postgres(ql)?:\/\//.test(url)) database = { driver: 'postgresql', url };
-  else if (url && url.startsWith('file:')) database = { driver: 'sqlite', file: resolve(url.slice(5)), synchronous: sync };
+  else if (url && url.startsWith('file:'))
+    database = { driver: 'sqlite', file: resolve(url.slice(5)), synchronous: sync };
   else if (url) throw new ConfigError('DATABASE_URL: expected postgres://... or file:<path>');
   else database = { driver: 'sqlite', file: resolve(dataDir, 'capsule.db'), synchronous: sync };
 
@@ -90,35 +99,55 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   try {
     paid = tierTable.parse(parseYaml(readFileSync(tiersFile, 'utf8')));
   } catch (e) {
-    throw new ConfigError(`CAPSULE_TIERS_FILE (${tiersFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
+    throw new ConfigError(
+      `CAPSULE_TIERS_FILE (${tiersFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`,
+    );
   }
   const cfLimitsFile = env.CAPSULE_CAPSULEFILE_LIMITS_FILE ?? policy('capsulefile-tier-limits.yaml');
   let capsulefileLimits: Config['capsulefileLimits'];
   try {
-    const row = z.strictObject({ max_memory_mb: z.number().int().min(16).max(1024 * 1024), max_capsulefiles: z.number().int().positive().nullable() });
-    capsulefileLimits = z.strictObject({ free: row, starter: row, business: row, enterprise: row }).parse(parseYaml(readFileSync(cfLimitsFile, 'utf8')));
+    const row = z.strictObject({
+      max_memory_mb: z
+        .number()
+        .int()
+        .min(16)
+        .max(1024 * 1024),
+      max_capsulefiles: z.number().int().positive().nullable(),
+    });
+    capsulefileLimits = z
+      .strictObject({ free: row, starter: row, business: row, enterprise: row })
+      .parse(parseYaml(readFileSync(cfLimitsFile, 'utf8')));
   } catch (e) {
-    throw new ConfigError(`CAPSULE_CAPSULEFILE_LIMITS_FILE (${cfLimitsFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`);
+    throw new ConfigError(
+      `CAPSULE_CAPSULEFILE_LIMITS_FILE (${cfLimitsFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`,
+    );
   }
   let egressExtraCaPem: string | null = null;
   if (env.CAPSULE_EGRESS_EXTRA_CA) {
     try {
       egressExtraCaPem = readFileSync(env.CAPSULE_EGRESS_EXTRA_CA, 'utf8');
     } catch (e) {
-      throw new ConfigError(`CAPSULE_EGRESS_EXTRA_CA (${env.CAPSULE_EGRESS_EXTRA_CA}): ${e instanceof Error ? e.message : String(e)}`);
+      throw new ConfigError(
+        `CAPSULE_EGRESS_EXTRA_CA (${env.CAPSULE_EGRESS_EXTRA_CA}): ${e instanceof Error ? e.message : String(e)}`,
+      );
     }
-    if (!egressExtraCaPem.includes('-----BEGIN CERTIFICATE-----')) throw new ConfigError(`CAPSULE_EGRESS_EXTRA_CA (${env.CAPSULE_EGRESS_EXTRA_CA}): no PEM certificate in the file`);
+    if (!egressExtraCaPem.includes('-----BEGIN CERTIFICATE-----'))
+      throw new ConfigError(`CAPSULE_EGRESS_EXTRA_CA (${env.CAPSULE_EGRESS_EXTRA_CA}): no PEM certificate in the file`);
   }
   // A Unix socket path is limited to 107 bytes; leave room for "/cap_<24 hex>.sock".
   const SOCKET_DIR_MAX = 70;
   let egressSocketDir: string;
   if (env.CAPSULE_EGRESS_SOCKET_DIR) {
     egressSocketDir = resolve(env.CAPSULE_EGRESS_SOCKET_DIR);
-    if (egressSocketDir.length > SOCKET_DIR_MAX) throw new ConfigError(`CAPSULE_EGRESS_SOCKET_DIR (${egressSocketDir}): at most ${SOCKET_DIR_MAX} characters (Unix socket path limit)`);
+    if (egressSocketDir.length > SOCKET_DIR_MAX)
+      throw new ConfigError(
+        `CAPSULE_EGRESS_SOCKET_DIR (${egressSocketDir}): at most ${SOCKET_DIR_MAX} characters (Unix socket path limit)`,
+      );
   } else {
     egressSocketDir = resolve(dataDir, 'egress');
     // A deep data dir would not fit: fall back to a short per-data-dir directory under /tmp (created 0700).
-    if (egressSocketDir.length > SOCKET_DIR_MAX) egressSocketDir = `/tmp/capsule-egress-${createHash('sha256').update(dataDir).digest('hex').slice(0, 16)}`;
+    if (egressSocketDir.length > SOCKET_DIR_MAX)
+      egressSocketDir = `/tmp/capsule-egress-${createHash('sha256').update(dataDir).digest('hex').slice(0, 16)}`;
   }
   const port = portRaw;
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
@@ -131,7 +160,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     port,
     dataDir,
     database,
-    runnerSocket: over.runnerSocket !== undefined ? over.runnerSocket : (env.CAPSULE_RUNNER_SOCKET || null),
+    runnerSocket: over.runnerSocket !== undefined ? over.runnerSocket : env.CAPSULE_RUNNER_SOCKET || null,
     baseUrl,
     docsUrl: env.CAPSULE_DOCS_URL ? env.CAPSULE_DOCS_URL.replace(/\/$/, '') : null,
     region: env.CAPSULE_REGION ?? 'local',

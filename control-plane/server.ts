@@ -10,7 +10,15 @@ import type { Config } from './config.js';
 import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
 import { createApp, RateLimiter } from './http/app.js';
-import { buildServices, readSystemCapsulefiles, loadRegulatoryMapping, systemClock, systemRandom, type RecoveryReport, type Services } from './service/index.js';
+import {
+  buildServices,
+  readSystemCapsulefiles,
+  loadRegulatoryMapping,
+  systemClock,
+  systemRandom,
+  type RecoveryReport,
+  type Services,
+} from './service/index.js';
 import { HostBaseImage } from './base-image/index.js';
 import type { BaseImage } from './capsulefile/index.js';
 import { openStores } from './store/index.js';
@@ -41,19 +49,38 @@ export interface StartOptions {
   egress?: Pick<ProxyEgressOptions, 'resolver' | 'limits'>;
 }
 
-export async function startControlPlane(config: Config, runner: RunnerPort, opts: StartOptions = {}): Promise<ControlPlane> {
+export async function startControlPlane(
+  config: Config,
+  runner: RunnerPort,
+  opts: StartOptions = {},
+): Promise<ControlPlane> {
   const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'control-plane' } });
   const clock = opts.clock ?? systemClock;
   const random = opts.random ?? systemRandom;
   const { store, capsulefiles, egressProfiles } = await openStores(config.database);
   const egress = new ProxyEgress({
-    socketDir: config.egressSocketDir, extraCaPem: config.egressExtraCaPem, random, ...opts.egress,
+    socketDir: config.egressSocketDir,
+    extraCaPem: config.egressExtraCaPem,
+    random,
+    ...opts.egress,
     // Refusals carry host, port and reason only (no customer bytes).
-    onRefusal: (capsuleId, r) => logger.info({ capsule_id: capsuleId, host: r.host, port: r.port, reason: r.reason }, 'egress refused'),
+    onRefusal: (capsuleId, r) =>
+      logger.info({ capsule_id: capsuleId, host: r.host, port: r.port, reason: r.reason }, 'egress refused'),
   });
   const deps = {
-    store, capsulefiles, egressProfiles, egress, baseImage: opts.baseImage ?? new HostBaseImage(), capsulefileLimits: config.capsulefileLimits, runner, clock, random, tiers: new TierTable(config.paidTiers),
-    regulatory: loadRegulatoryMapping(config.regulatoryMappingFile), region: config.region, log: logger,
+    store,
+    capsulefiles,
+    egressProfiles,
+    egress,
+    baseImage: opts.baseImage ?? new HostBaseImage(),
+    capsulefileLimits: config.capsulefileLimits,
+    runner,
+    clock,
+    random,
+    tiers: new TierTable(config.paidTiers),
+    regulatory: loadRegulatoryMapping(config.regulatoryMappingFile),
+    region: config.region,
+    log: logger,
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };
   const services = buildServices(deps, config.sweepIntervalMs);
@@ -62,12 +89,26 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
   // Reconcile with the runner now; if it is down, capsule calls retry it later.
   const recovery: RecoveryReport | null = await services.recovery.ensure().catch(() => null);
   const server: Server = createServer();
-  await new Promise<void>((res, rej) => { server.once('error', rej); server.listen(config.port, config.host, () => res()); });
+  await new Promise<void>((res, rej) => {
+    server.once('error', rej);
+    server.listen(config.port, config.host, () => res());
+  });
   const port = (server.address() as AddressInfo).port;
   const baseUrl = config.baseUrl ?? `http://${config.host}:${port}`;
   const app = createApp({
-    services, store, runner, clock, random, logger, limiter: new RateLimiter(() => clock.nowMs()),
-    options: { docsUrl: config.docsUrl ?? `${baseUrl}/docs`, rateLimits: config.rateLimits, version: config.version, uploadMaxBytes: config.uploadMaxBytes },
+    services,
+    store,
+    runner,
+    clock,
+    random,
+    logger,
+    limiter: new RateLimiter(() => clock.nowMs()),
+    options: {
+      docsUrl: config.docsUrl ?? `${baseUrl}/docs`,
+      rateLimits: config.rateLimits,
+      version: config.version,
+      uploadMaxBytes: config.uploadMaxBytes,
+    },
   });
   server.on('request', app.callback());
   // Longer than clients' idle keep-alive (undici: 4 s), so a client never reuses a socket we just closed.
@@ -75,7 +116,11 @@ export async function startControlPlane(config: Config, runner: RunnerPort, opts
   services.sweeper.start();
   logger.info({ port, driver: config.database.driver }, 'control plane listening');
   return {
-    url: `http://${config.host}:${port}`, port, store, services, recovery,
+    url: `http://${config.host}:${port}`,
+    port,
+    store,
+    services,
+    recovery,
     async close() {
       await services.sweeper.stop();
       await services.egress.stopAll();

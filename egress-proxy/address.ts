@@ -55,12 +55,19 @@ export function formatIp(ip: IpAddr): string {
   const groups: string[] = [];
   for (let i = 7; i >= 0; i--) groups.push(((ip.value >> BigInt(i * 16)) & 0xffffn).toString(16));
   // RFC 5952: compress the longest run (length >= 2) of zero groups.
-  let best = -1, bestLen = 0;
+  let best = -1,
+    bestLen = 0;
   for (let i = 0; i < 8;) {
-    if (groups[i] !== '0') { i++; continue; }
+    if (groups[i] !== '0') {
+      i++;
+      continue;
+    }
     let j = i;
     while (j < 8 && groups[j] === '0') j++;
-    if (j - i > bestLen && j - i >= 2) { best = i; bestLen = j - i; }
+    if (j - i > bestLen && j - i >= 2) {
+      best = i;
+      bestLen = j - i;
+    }
     i = j;
   }
   if (best < 0) return groups.join(':');
@@ -94,7 +101,9 @@ export function cidrContains(c: Cidr, ip: IpAddr): boolean {
 
 /** c is entirely inside outer. */
 export function cidrWithin(c: Cidr, outer: Cidr): boolean {
-  return c.family === outer.family && c.prefix >= outer.prefix && (c.base & mask(c.family, outer.prefix)) === outer.base;
+  return (
+    c.family === outer.family && c.prefix >= outer.prefix && (c.base & mask(c.family, outer.prefix)) === outer.base
+  );
 }
 
 /**

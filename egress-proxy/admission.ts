@@ -6,7 +6,10 @@ import { checkDestination, checkHostname, type CompiledPolicy, type Refusal } fr
 import type { EgressRefusal } from './events.js';
 import type { Target } from './runtime.js';
 
-export interface ResolvedAddress { address: string; family: 4 | 6 }
+export interface ResolvedAddress {
+  address: string;
+  family: 4 | 6;
+}
 /** Injectable DNS lookup (default: the host resolver via dns.promises.lookup). */
 export type Resolver = (hostname: string) => Promise<ResolvedAddress[]>;
 
@@ -15,8 +18,10 @@ export type Admission =
   | { ok: false; status: 400 | 403 | 502 | 504; reason: EgressRefusal['reason']; detail: string };
 
 const refusalText = (r: Refusal): string =>
-  r.reason === 'special_address' ? `destination address is ${r.kind.replace('_', '-')} and no rule names it explicitly`
-    : r.reason === 'not_in_profile' ? 'destination is not allowed by the egress profile'
+  r.reason === 'special_address'
+    ? `destination address is ${r.kind.replace('_', '-')} and no rule names it explicitly`
+    : r.reason === 'not_in_profile'
+      ? 'destination is not allowed by the egress profile'
       : 'destination is not in the Capsulefile egress_declaration';
 
 /** Splits "host:port" / "[v6]:port" (CONNECT authority form). */
@@ -30,15 +35,22 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([
     p,
-    new Promise<T>((_, reject) => { timer = setTimeout(() => reject(Object.assign(new Error('resolve timed out'), { code: 'ETIMEOUT' })), ms); }),
+    new Promise<T>((_, reject) => {
+      timer = setTimeout(() => reject(Object.assign(new Error('resolve timed out'), { code: 'ETIMEOUT' })), ms);
+    }),
   ]).finally(() => clearTimeout(timer));
 }
 
 export async function admit(
-  policy: CompiledPolicy, resolver: Resolver, resolveTimeoutMs: number,
-  scheme: 'http' | 'https', rawHost: string, port: number,
+  policy: CompiledPolicy,
+  resolver: Resolver,
+  resolveTimeoutMs: number,
+  scheme: 'http' | 'https',
+  rawHost: string,
+  port: number,
 ): Promise<Admission> {
-  if (!Number.isInteger(port) || port < 1 || port > 65535) return { ok: false, status: 400, reason: 'bad_target', detail: 'port out of range' };
+  if (!Number.isInteger(port) || port < 1 || port > 65535)
+    return { ok: false, status: 400, reason: 'bad_target', detail: 'port out of range' };
   const literal = parseIp(rawHost);
   if (literal) {
     const host = formatIp(literal);
@@ -48,7 +60,8 @@ export async function admit(
     return { ok: true, target: { scheme, host, hostIsIp: true, port, address: formatIp(normalizeIp(literal)) } };
   }
   const name = checkHostname(rawHost);
-  if (!name.ok || name.value.startsWith('*.')) return { ok: false, status: 400, reason: 'bad_target', detail: 'not a valid hostname' };
+  if (!name.ok || name.value.startsWith('*.'))
+    return { ok: false, status: 400, reason: 'bad_target', detail: 'not a valid hostname' };
   const host = name.value;
   // Before DNS: an unlisted name is never looked up.
   const pre = checkDestination(policy, { host, hostIsIp: false, port });
@@ -58,7 +71,12 @@ export async function admit(
     resolved = await withTimeout(resolver(host), resolveTimeoutMs);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? 'ERROR';
-    return { ok: false, status: code === 'ETIMEOUT' ? 504 : 502, reason: 'resolve_failed', detail: `could not resolve (${code})` };
+    return {
+      ok: false,
+      status: code === 'ETIMEOUT' ? 504 : 502,
+      reason: 'resolve_failed',
+      detail: `could not resolve (${code})`,
+    };
   }
   let first: Refusal | null = null;
   for (const a of resolved) {

@@ -2,8 +2,16 @@
 // egress_declaration must both allow host:port. Pure functions; the proxy
 // calls checkDestination with the one address it resolved and will connect to.
 import {
-  cidrContains, cidrWithin, formatIp, normalizeIp, parseCidr, parseIp, specialRange,
-  type Cidr, type IpAddr, type SpecialKind,
+  cidrContains,
+  cidrWithin,
+  formatIp,
+  normalizeIp,
+  parseCidr,
+  parseIp,
+  specialRange,
+  type Cidr,
+  type IpAddr,
+  type SpecialKind,
 } from './address.js';
 import { EGRESS_RULE_KINDS as RULE_KINDS, type EgressRuleKind as RuleKind } from '../shared/egress-rules.js';
 
@@ -24,7 +32,10 @@ export interface FieldProblem {
 
 export type Checked<T> = { ok: true; value: T } | { ok: false; problem: FieldProblem };
 
-const fail = <T>(field: string, why: string): Checked<T> => ({ ok: false, problem: { field, message: `${field}: ${why}` } });
+const fail = <T>(field: string, why: string): Checked<T> => ({
+  ok: false,
+  problem: { field, message: `${field}: ${why}` },
+});
 
 const LABEL = /^(?!-)[a-z0-9-]{1,63}(?<!-)$/;
 
@@ -32,13 +43,15 @@ const LABEL = /^(?!-)[a-z0-9-]{1,63}(?<!-)$/;
 export function checkHostname(text: string): Checked<string> & { wildcard?: boolean } {
   if (typeof text !== 'string' || text.length === 0) return fail('value', 'hostname is empty');
   if (/[\s]/.test(text)) return fail('value', 'hostname contains whitespace');
-  if (/[^\x21-\x7e]/.test(text)) return fail('value', 'hostname must be ASCII (use the punycode form of an internationalized name)');
+  if (/[^\x21-\x7e]/.test(text))
+    return fail('value', 'hostname must be ASCII (use the punycode form of an internationalized name)');
   let name = text.toLowerCase();
   if (name.endsWith('.')) name = name.slice(0, -1);
   const wildcard = name.startsWith('*.');
   const bare = wildcard ? name.slice(2) : name;
   if (bare.length === 0 || bare.length > 253) return fail('value', 'hostname length must be 1 to 253');
-  if (parseIp(bare) || /^[\d.]+$/.test(bare)) return fail('value', 'an IP address is not a hostname (use kind ip_v4 or ip_v6)');
+  if (parseIp(bare) || /^[\d.]+$/.test(bare))
+    return fail('value', 'an IP address is not a hostname (use kind ip_v4 or ip_v6)');
   for (const label of bare.split('.')) {
     if (!LABEL.test(label)) return fail('value', `invalid hostname label "${label.slice(0, 63)}"`);
   }
@@ -114,11 +127,12 @@ export function checkDeclarationEntry(entry: unknown, index: number): Checked<st
 
 // ---- compiled form, built once per proxy ---------------------------------
 
-type Matcher =
-  | { type: 'name'; name: string; wildcard: boolean }
-  | { type: 'net'; cidr: Cidr; exactAddress: boolean };
+type Matcher = { type: 'name'; name: string; wildcard: boolean } | { type: 'net'; cidr: Cidr; exactAddress: boolean };
 
-interface CompiledEntry { matcher: Matcher; port: number | null /* null: any port */ }
+interface CompiledEntry {
+  matcher: Matcher;
+  port: number | null; /* null: any port */
+}
 
 export interface CompiledPolicy {
   profile: CompiledEntry[];
@@ -132,7 +146,11 @@ function compileValue(kind: 'name' | 'ip' | 'cidr', value: string): Matcher {
   }
   if (kind === 'ip') {
     const ip = normalizeIp(parseIp(value) as IpAddr);
-    return { type: 'net', cidr: { family: ip.family, base: ip.value, prefix: ip.family === 4 ? 32 : 128 }, exactAddress: true };
+    return {
+      type: 'net',
+      cidr: { family: ip.family, base: ip.value, prefix: ip.family === 4 ? 32 : 128 },
+      exactAddress: true,
+    };
   }
   const c = parseCidr(value) as Cidr;
   return { type: 'net', cidr: c, exactAddress: false };
@@ -166,9 +184,7 @@ export interface Destination {
 }
 
 export type Refusal =
-  | { reason: 'special_address'; kind: SpecialKind }
-  | { reason: 'not_in_profile' }
-  | { reason: 'not_in_declaration' };
+  { reason: 'special_address'; kind: SpecialKind } | { reason: 'not_in_profile' } | { reason: 'not_in_declaration' };
 
 function nameMatches(m: Extract<Matcher, { type: 'name' }>, host: string): boolean {
   return m.wildcard ? host.endsWith(`.${m.name}`) : host === m.name;
@@ -205,7 +221,8 @@ export function checkDestination(policy: CompiledPolicy, d: Destination): Refusa
     const special = specialRange(addr);
     if (special) {
       const named = (list: CompiledEntry[]) => list.some((e) => entryNamesSpecial(e, d.port, addr, special.range));
-      if (!named(policy.profile) || !named(policy.declaration)) return { reason: 'special_address', kind: special.kind };
+      if (!named(policy.profile) || !named(policy.declaration))
+        return { reason: 'special_address', kind: special.kind };
     }
   }
   if (!policy.profile.some((e) => entryAllows(e, d))) return { reason: 'not_in_profile' };

@@ -13,7 +13,6 @@ import { createHash, createPrivateKey, generateKeyPairSync, sign, type KeyObject
 import { createSecureContext as tlsContext, type SecureContext } from 'node:tls';
 import forge from 'node-forge';
 
-
 export interface CaOptions {
   capsuleId: string;
   /** Injected randomness (serial numbers). */
@@ -51,10 +50,15 @@ function pemBuffer(der: Buffer, label: string): Buffer {
   let col = 0;
   const put = (c: number) => {
     out[o++] = c;
-    if (++col === 64) { out[o++] = 0x0a; col = 0; }
+    if (++col === 64) {
+      out[o++] = 0x0a;
+      col = 0;
+    }
   };
   for (let i = 0; i < der.length; i += 3) {
-    const a = der[i] as number, b = der[i + 1] ?? 0, c = der[i + 2] ?? 0;
+    const a = der[i] as number,
+      b = der[i + 1] ?? 0,
+      c = der[i + 2] ?? 0;
     const n = (a << 16) | (b << 8) | c;
     put(b64Table[(n >> 18) & 63] as number);
     put(b64Table[(n >> 12) & 63] as number);
@@ -80,11 +84,16 @@ function nativeSigner(key: KeyObject) {
   let tbs = '';
   const md = {
     algorithm: 'sha256',
-    update(bytes: string) { tbs += bytes; return md; },
+    update(bytes: string) {
+      tbs += bytes;
+      return md;
+    },
   };
   return {
     md: md as unknown as forge.md.MessageDigest,
-    key: { sign: () => sign('sha256', Buffer.from(tbs, 'binary'), key).toString('binary') } as unknown as forge.pki.rsa.PrivateKey,
+    key: {
+      sign: () => sign('sha256', Buffer.from(tbs, 'binary'), key).toString('binary'),
+    } as unknown as forge.pki.rsa.PrivateKey,
   };
 }
 
@@ -147,7 +156,9 @@ export class CapsuleCa {
     return r.toString('hex');
   }
 
-  get destroyed(): boolean { return this.#caKey === null; }
+  get destroyed(): boolean {
+    return this.#caKey === null;
+  }
 
   /** TLS context presenting a leaf for `host` (hostname or IP literal); minted once per host. */
   contextFor(host: string, isIp: boolean): SecureContext {
@@ -186,7 +197,13 @@ export class CapsuleCa {
     const wipe = (role: 'egress_ca' | 'egress_leaf', buf: Buffer | null) => {
       const n = buf?.length ?? 0;
       buf?.fill(0);
-      return { role, algorithm: 'RSA-2048' as const, der_bytes: n, overwrite: 'zeros' as const, readback_all_zero: buf !== null && buf.every((b) => b === 0) };
+      return {
+        role,
+        algorithm: 'RSA-2048' as const,
+        der_bytes: n,
+        overwrite: 'zeros' as const,
+        readback_all_zero: buf !== null && buf.every((b) => b === 0),
+      };
     };
     const keys = [wipe('egress_ca', this.#caDer), wipe('egress_leaf', this.#leafDer)];
     this.#leafPem?.fill(0);

@@ -42,21 +42,34 @@ export const systemClock: EgressClock = {
 };
 
 export const systemResolver: Resolver = async (hostname) =>
-  (await lookup(hostname, { all: true, verbatim: true })).map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
+  (await lookup(hostname, { all: true, verbatim: true })).map((a) => ({
+    address: a.address,
+    family: a.family === 6 ? 6 : 4,
+  }));
 
 export function validateConfig(c: EgressProxyConfig): void {
   if (!c || typeof c !== 'object') throw new TypeError('egress proxy config: must be an object');
-  if (typeof c.capsuleId !== 'string' || c.capsuleId.length === 0) throw new TypeError('egress proxy config: capsuleId is required');
+  if (typeof c.capsuleId !== 'string' || c.capsuleId.length === 0)
+    throw new TypeError('egress proxy config: capsuleId is required');
   if (!c.socketPath && !c.tcp) throw new TypeError('egress proxy config: socketPath or tcp is required');
-  if (c.tcp && c.tcp.host !== '127.0.0.1' && c.tcp.host !== '::1') throw new TypeError('egress proxy config: tcp.host must be loopback');
+  if (c.tcp && c.tcp.host !== '127.0.0.1' && c.tcp.host !== '::1')
+    throw new TypeError('egress proxy config: tcp.host must be loopback');
   if (typeof c.onEvent !== 'function') throw new TypeError('egress proxy config: onEvent is required');
-  if (!Array.isArray(c.profileRules) || !Array.isArray(c.declaration)) throw new TypeError('egress proxy config: profileRules and declaration must be arrays');
+  if (!Array.isArray(c.profileRules) || !Array.isArray(c.declaration))
+    throw new TypeError('egress proxy config: profileRules and declaration must be arrays');
   if (c.extraCaPem !== undefined) {
     // OpenSSL silently skips unparsable PEM, which would leave the operator's CA untrusted without a word.
-    const blocks = typeof c.extraCaPem === 'string' ? c.extraCaPem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) : null;
+    const blocks =
+      typeof c.extraCaPem === 'string'
+        ? c.extraCaPem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g)
+        : null;
     if (!blocks) throw new TypeError('egress proxy config: extraCaPem holds no PEM certificate');
     for (const b of blocks) {
-      try { new X509Certificate(b); } catch { throw new TypeError('egress proxy config: extraCaPem holds a certificate that does not parse'); }
+      try {
+        new X509Certificate(b);
+      } catch {
+        throw new TypeError('egress proxy config: extraCaPem holds a certificate that does not parse');
+      }
     }
   }
   if (c.mcpPolicy !== undefined) {
@@ -64,4 +77,3 @@ export function validateConfig(c: EgressProxyConfig): void {
     if (!m.ok) throw new TypeError(`egress proxy config: ${m.message}`);
   }
 }
-

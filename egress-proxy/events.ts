@@ -16,16 +16,18 @@ export interface TlsMetadata {
   validation: string;
 }
 
-interface Base { at: string }
+interface Base {
+  at: string;
+}
 
 export type EgressOutcome =
-  | 'completed'            // upstream answered and the whole body passed through
+  | 'completed' // upstream answered and the whole body passed through
   | 'upstream_unreachable' // connection refused / reset / DNS failure before a response
-  | 'upstream_tls_failed'  // handshake or certificate validation failed: nothing was sent
-  | 'upstream_timeout'     // no response headers, or body idle, within the bound
-  | 'response_too_large'   // response exceeded the proxy's size bound and was cut
-  | 'client_aborted'       // the capsule closed the connection first
-  | 'proxy_stopped';       // the capsule was being destroyed (stop()) while the exchange was in flight
+  | 'upstream_tls_failed' // handshake or certificate validation failed: nothing was sent
+  | 'upstream_timeout' // no response headers, or body idle, within the bound
+  | 'response_too_large' // response exceeded the proxy's size bound and was cut
+  | 'client_aborted' // the capsule closed the connection first
+  | 'proxy_stopped'; // the capsule was being destroyed (stop()) while the exchange was in flight
 
 export interface SealedHttpRequest extends Base {
   type: 'SealedHttpRequest';
@@ -94,7 +96,7 @@ export interface McpToolInvoked extends Base {
 }
 
 export type EgressEvent =
-  | SealedHttpRequest | StreamingEgressStarted | StreamingEgressChunk | StreamingEgressCompleted | McpToolInvoked;
+  SealedHttpRequest | StreamingEgressStarted | StreamingEgressChunk | StreamingEgressCompleted | McpToolInvoked;
 
 /** Refusals are not activity events (nothing left the capsule); they go to an optional operator hook. */
 export interface EgressRefusal {
@@ -102,7 +104,14 @@ export interface EgressRefusal {
   host: string;
   port: number;
   reason:
-    | 'not_in_profile' | 'not_in_declaration' | 'special_address' | 'bad_target' | 'resolve_failed'
-    | 'mcp_tool_denied' | 'body_too_large_for_inspection' | 'host_header_mismatch' | 'unsupported';
+    | 'not_in_profile'
+    | 'not_in_declaration'
+    | 'special_address'
+    | 'bad_target'
+    | 'resolve_failed'
+    | 'mcp_tool_denied'
+    | 'body_too_large_for_inspection'
+    | 'host_header_mismatch'
+    | 'unsupported';
   detail?: string;
 }

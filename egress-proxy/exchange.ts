@@ -2,7 +2,14 @@
 // forwarding to exactly the checked address, streaming the response back
 // while hashing it, and the activity events for it.
 import { createHash } from 'node:crypto';
-import { request as httpRequest, type ClientRequest, type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import {
+  request as httpRequest,
+  type ClientRequest,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+  type ServerResponse,
+} from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import type { EgressOutcome, TlsMetadata } from './events.js';
@@ -16,14 +23,28 @@ import { StreamChunker } from './sse.js';
 import { classifyUpstreamError, tlsMetadata } from './upstream.js';
 
 const HOP_BY_HOP = new Set([
-  'connection', 'keep-alive', 'proxy-connection', 'proxy-authorization', 'proxy-authenticate',
-  'te', 'trailer', 'transfer-encoding', 'upgrade', 'host',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
   // The proxy already holds (or streams) the body; the upstream's 100-continue is not awaited.
   'expect',
 ]);
 
 function endToEnd(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
-  const named = new Set(String(headers.connection ?? '').toLowerCase().split(',').map((s) => s.trim()).filter(Boolean));
+  const named = new Set(
+    String(headers.connection ?? '')
+      .toLowerCase()
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
+  );
   const out: OutgoingHttpHeaders = {};
   for (const [k, v] of Object.entries(headers)) {
     if (v === undefined || HOP_BY_HOP.has(k) || named.has(k)) continue;
@@ -41,24 +62,50 @@ export function hostHeader(t: Target): string {
 
 /** Plain-text error to the capsule; after headers went out the only signal left is cutting the connection. */
 export function sendError(res: ServerResponse, status: number, code: string, message: string): void {
-  if (res.headersSent) { res.destroy(); return; }
-  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'x-capsule-egress-error': code, connection: 'close' });
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.writeHead(status, {
+    'content-type': 'text/plain; charset=utf-8',
+    'x-capsule-egress-error': code,
+    connection: 'close',
+  });
   res.end(`capsule egress: ${message}\n`);
 }
 
-export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, target: Target, pathAndQuery: string): void {
+export function forward(
+  rt: Runtime,
+  req: IncomingMessage,
+  res: ServerResponse,
+  target: Target,
+  pathAndQuery: string,
+): void {
   const exchange = rt.nextExchange();
   const startedAt = rt.clock.nowIso();
   const t0 = rt.clock.monoMs();
   const encoding = one(req.headers['content-encoding']);
   const compressed = encoding !== undefined && encoding.trim() !== '' && encoding.trim().toLowerCase() !== 'identity';
-  const hasBody = (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0') || req.headers['transfer-encoding'] !== undefined;
-  req.on('error', () => { /* client went away; res 'close' handles it */ });
+  const hasBody =
+    (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0') ||
+    req.headers['transfer-encoding'] !== undefined;
+  req.on('error', () => {
+    /* client went away; res 'close' handles it */
+  });
 
   if (!hasBody || compressed) {
     // Compressed bodies: SPEC item 9 fail-open, forwarded without a tool check.
-    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, Buffer.alloc(0), hasBody ? req : null,
-      compressed ? { kind: 'fail_open', reason: 'compressed_body' } : { kind: 'not_tools_call' });
+    send(
+      rt,
+      req,
+      res,
+      target,
+      pathAndQuery,
+      { exchange, startedAt, t0 },
+      Buffer.alloc(0),
+      hasBody ? req : null,
+      compressed ? { kind: 'fail_open', reason: 'compressed_body' } : { kind: 'not_tools_call' },
+    );
     return;
   }
   const chunks: Buffer[] = [];
@@ -82,7 +129,11 @@ export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, 
       if (i >= 0) {
         firstByte = c[i] as number;
         if (firstByte !== 0x7b) {
-          streamRest(firstByte === 0x5b ? { kind: 'fail_open', reason: 'batch_array' } : { kind: 'fail_open', reason: 'malformed_envelope' });
+          streamRest(
+            firstByte === 0x5b
+              ? { kind: 'fail_open', reason: 'batch_array' }
+              : { kind: 'fail_open', reason: 'malformed_envelope' },
+          );
           return;
         }
       }
@@ -94,8 +145,12 @@ export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, 
     if (rt.mcpPolicy) {
       // Fail closed: an oversize tools/call would otherwise pass unchecked.
       rt.refuse({ host: target.host, port: target.port, reason: 'body_too_large_for_inspection' });
-      sendError(res, 413, 'body_too_large_for_inspection',
-        `request body over ${rt.limits.maxInspectBytes} bytes cannot be checked against mcp_policy`);
+      sendError(
+        res,
+        413,
+        'body_too_large_for_inspection',
+        `request body over ${rt.limits.maxInspectBytes} bytes cannot be checked against mcp_policy`,
+      );
       // Discard the rest (the response says connection: close); cut the socket if the client keeps sending.
       req.resume();
       res.once('finish', () => setTimeout(() => req.socket.destroy(), 2000).unref());
@@ -113,7 +168,11 @@ export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, 
       // Rejected before forwarding; not recorded in the proof (SPEC item 9).
       rt.refuse({ host: target.host, port: target.port, reason: 'mcp_tool_denied' });
       const text = denialBody(inspection.id, inspection.toolName);
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), 'x-capsule-egress-error': 'mcp_tool_denied' });
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(text),
+        'x-capsule-egress-error': 'mcp_tool_denied',
+      });
       res.end(text);
       return;
     }
@@ -121,11 +180,22 @@ export function forward(rt: Runtime, req: IncomingMessage, res: ServerResponse, 
   });
 }
 
-interface Started { exchange: number; startedAt: string; t0: number }
+interface Started {
+  exchange: number;
+  startedAt: string;
+  t0: number;
+}
 
 function send(
-  rt: Runtime, req: IncomingMessage, res: ServerResponse, target: Target, pathAndQuery: string, s: Started,
-  prefix: Buffer, rest: IncomingMessage | null, inspection: Inspection,
+  rt: Runtime,
+  req: IncomingMessage,
+  res: ServerResponse,
+  target: Target,
+  pathAndQuery: string,
+  s: Started,
+  prefix: Buffer,
+  rest: IncomingMessage | null,
+  inspection: Inspection,
 ): void {
   const L = rt.limits;
   const method = (req.method ?? 'GET').toUpperCase();
@@ -133,7 +203,14 @@ function send(
   headers.host = hostHeader(target);
   if (rest === null) headers['content-length'] = String(prefix.length);
   else if (req.headers['content-length'] !== undefined) headers['content-length'] = req.headers['content-length'];
-  if (rest === null && prefix.length === 0 && req.headers['content-length'] === undefined && method !== 'POST' && method !== 'PUT' && method !== 'PATCH') {
+  if (
+    rest === null &&
+    prefix.length === 0 &&
+    req.headers['content-length'] === undefined &&
+    method !== 'POST' &&
+    method !== 'PUT' &&
+    method !== 'PATCH'
+  ) {
     delete headers['content-length'];
   }
   const reqHash = createHash('sha512').update(prefix);
@@ -161,7 +238,12 @@ function send(
     setHost: false,
     timeout: L.connectTimeoutMs,
     ...(target.scheme === 'https'
-      ? { agent: rt.pools.https, secureContext: rt.trust, rejectUnauthorized: true, ...(target.hostIsIp ? {} : { servername: target.host }) }
+      ? {
+          agent: rt.pools.https,
+          secureContext: rt.trust,
+          rejectUnauthorized: true,
+          ...(target.hostIsIp ? {} : { servername: target.host }),
+        }
       : { agent: rt.pools.http }),
   };
   const ureq: ClientRequest = target.scheme === 'https' ? httpsRequest(opts) : httpRequest(opts);
@@ -171,12 +253,19 @@ function send(
   let headersTimer: NodeJS.Timeout | undefined;
   ureq.once('finish', () => {
     if (done || status !== null) return;
-    headersTimer = setTimeout(() => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })), L.headersTimeoutMs);
+    headersTimer = setTimeout(
+      () => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })),
+      L.headersTimeoutMs,
+    );
     timers.push(headersTimer);
   });
   timers.push(setTimeout(() => abort('upstream_timeout', 504, 'exchange exceeded its time bound'), L.maxExchangeMs));
 
-  const stopNow = () => { ureq.destroy(); sendError(res, 502, 'proxy_stopped', 'capsule egress stopped'); finish('proxy_stopped'); };
+  const stopNow = () => {
+    ureq.destroy();
+    sendError(res, 502, 'proxy_stopped', 'capsule egress stopped');
+    finish('proxy_stopped');
+  };
   rt.inFlight.add(stopNow);
   const finish = (outcome: EgressOutcome) => {
     if (done) return;
@@ -188,25 +277,52 @@ function send(
     if (chunker && merkle) {
       chunker.end();
       rt.emit({
-        type: 'StreamingEgressCompleted', at: rt.clock.nowIso(), exchange: s.exchange, chunks: merkle.count,
-        total_bytes: respBytes, merkle_root: asSha512(merkle.root()), outcome,
+        type: 'StreamingEgressCompleted',
+        at: rt.clock.nowIso(),
+        exchange: s.exchange,
+        chunks: merkle.count,
+        total_bytes: respBytes,
+        merkle_root: asSha512(merkle.root()),
+        outcome,
       });
     }
     rt.emit({
-      type: 'SealedHttpRequest', at: s.startedAt, exchange: s.exchange, method, scheme: target.scheme,
-      host: target.host, port: target.port,
-      request_canonical_hash: requestCanonicalHash(canonicalRequest(method, target.scheme, target.host, target.port, pathAndQuery, req.headers, bodyHash)),
-      request_body_hash: bodyHash, request_body_bytes: reqBytes, status,
-      response_body_hash: status === null ? null : asSha512(respHash.digest()), response_body_bytes: respBytes,
-      streamed, tls, duration_ms: duration, outcome,
+      type: 'SealedHttpRequest',
+      at: s.startedAt,
+      exchange: s.exchange,
+      method,
+      scheme: target.scheme,
+      host: target.host,
+      port: target.port,
+      request_canonical_hash: requestCanonicalHash(
+        canonicalRequest(method, target.scheme, target.host, target.port, pathAndQuery, req.headers, bodyHash),
+      ),
+      request_body_hash: bodyHash,
+      request_body_bytes: reqBytes,
+      status,
+      response_body_hash: status === null ? null : asSha512(respHash.digest()),
+      response_body_bytes: respBytes,
+      streamed,
+      tls,
+      duration_ms: duration,
+      outcome,
     });
     if (mcp) {
-      const r = status === null ? { outcome: 'http_error' as const, hash: null }
-        : outcome !== 'completed' ? { outcome: 'no_result' as const, hash: null }
-        : mcpResult(status, respContentType, mcpChunks ? Buffer.concat(mcpChunks) : null, mcp.id);
+      const r =
+        status === null
+          ? { outcome: 'http_error' as const, hash: null }
+          : outcome !== 'completed'
+            ? { outcome: 'no_result' as const, hash: null }
+            : mcpResult(status, respContentType, mcpChunks ? Buffer.concat(mcpChunks) : null, mcp.id);
       rt.emit({
-        type: 'McpToolInvoked', at: s.startedAt, exchange: s.exchange, tool_name: mcp.toolName,
-        tool_args_hash: sha512JcsOrNull(mcp.args), tool_result_hash: r.hash, duration_ms: duration, outcome: r.outcome,
+        type: 'McpToolInvoked',
+        at: s.startedAt,
+        exchange: s.exchange,
+        tool_name: mcp.toolName,
+        tool_args_hash: sha512JcsOrNull(mcp.args),
+        tool_result_hash: r.hash,
+        duration_ms: duration,
+        outcome: r.outcome,
         client_session_id: one(req.headers['mcp-session-id']) ?? null,
       });
     }
@@ -222,24 +338,38 @@ function send(
   ureq.on('socket', (sock) => {
     // A kept-alive socket finished its handshake long ago; only a fresh one gets the listener (else it leaks per request).
     // Once connected, the connect bound gives way to the idle bound (slow but live upstreams are fine).
-    if (ureq.reusedSocket) { secure = true; ureq.setTimeout(L.idleTimeoutMs); return; }
-    sock.once(target.scheme === 'https' ? 'secureConnect' : 'connect', () => { secure = true; ureq.setTimeout(L.idleTimeoutMs); });
+    if (ureq.reusedSocket) {
+      secure = true;
+      ureq.setTimeout(L.idleTimeoutMs);
+      return;
+    }
+    sock.once(target.scheme === 'https' ? 'secureConnect' : 'connect', () => {
+      secure = true;
+      ureq.setTimeout(L.idleTimeoutMs);
+    });
   });
   ureq.on('timeout', () => ureq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
   ureq.on('error', (err: NodeJS.ErrnoException) => {
     if (done) return;
-    if (status !== null) { abort('upstream_unreachable', 502, 'upstream connection failed mid-response'); return; }
+    if (status !== null) {
+      abort('upstream_unreachable', 502, 'upstream connection failed mid-response');
+      return;
+    }
     let c = classifyUpstreamError(err);
     if (target.scheme === 'https' && !secure && c.outcome === 'upstream_unreachable' && err.code === 'ECONNRESET') {
       c = { outcome: 'upstream_tls_failed', status: 502, code: err.code };
     }
-    if (c.outcome === 'upstream_tls_failed') tls = { version: null, cipher: null, peer_certificate_sha256: null, validation: `failed:${c.code}` };
+    if (c.outcome === 'upstream_tls_failed')
+      tls = { version: null, cipher: null, peer_certificate_sha256: null, validation: `failed:${c.code}` };
     abort(c.outcome, c.status, `${c.outcome.replace(/_/g, ' ')} (${c.code})`);
   });
 
   ureq.on('response', (ures: IncomingMessage) => {
     clearTimeout(headersTimer);
-    if (done) { ures.destroy(); return; }
+    if (done) {
+      ures.destroy();
+      return;
+    }
     // Node's parser passes any three digits (e.g. 099), but writeHead throws below 100: left
     // unchecked, that throw would escape this listener and take the whole proxy down.
     const code = ures.statusCode;
@@ -263,37 +393,69 @@ function send(
     if (streamed) {
       merkle = new MerkleAccumulator(nodeCrypto);
       const m = merkle;
-      rt.emit({ type: 'StreamingEgressStarted', at: rt.clock.nowIso(), exchange: s.exchange, host: target.host, port: target.port, status, framing: sse ? 'sse' : 'blocks' });
+      rt.emit({
+        type: 'StreamingEgressStarted',
+        at: rt.clock.nowIso(),
+        exchange: s.exchange,
+        host: target.host,
+        port: target.port,
+        status,
+        framing: sse ? 'sse' : 'blocks',
+      });
       chunker = new StreamChunker({ sse, maxChunkBytes: sse ? L.maxSseChunkBytes : L.streamBlockBytes }, (c) => {
         m.push(c.digest);
-        rt.emit({ type: 'StreamingEgressChunk', at: rt.clock.nowIso(), exchange: s.exchange, index: c.index, bytes: c.bytes, chunk_hash: asSha512(c.digest) });
+        rt.emit({
+          type: 'StreamingEgressChunk',
+          at: rt.clock.nowIso(),
+          exchange: s.exchange,
+          index: c.index,
+          bytes: c.bytes,
+          chunk_hash: asSha512(c.digest),
+        });
       });
     }
     res.writeHead(status, endToEnd(ures.headers));
     ures.on('data', (c: Buffer) => {
       if (done) return;
       respBytes += c.length;
-      if (respBytes > L.maxResponseBytes) { ures.destroy(); abort('response_too_large', 502, 'response too large'); return; }
+      if (respBytes > L.maxResponseBytes) {
+        ures.destroy();
+        abort('response_too_large', 502, 'response too large');
+        return;
+      }
       respHash.update(c);
       chunker?.write(c);
       if (mcpChunks) {
         mcpBytes += c.length;
-        if (mcpBytes > L.maxMcpResultBytes) mcpChunks = null; else mcpChunks.push(c);
+        if (mcpBytes > L.maxMcpResultBytes) mcpChunks = null;
+        else mcpChunks.push(c);
       }
       if (!res.write(c)) ures.pause();
     });
     res.on('drain', () => ures.resume());
-    ures.on('end', () => { if (done) return; res.end(); finish('completed'); });
+    ures.on('end', () => {
+      if (done) return;
+      res.end();
+      finish('completed');
+    });
     ures.on('error', () => abort('upstream_unreachable', 502, 'upstream connection failed mid-response'));
-    ures.on('close', () => { if (!ures.complete) abort('upstream_unreachable', 502, 'upstream closed mid-response'); });
+    ures.on('close', () => {
+      if (!ures.complete) abort('upstream_unreachable', 502, 'upstream closed mid-response');
+    });
   });
 
   res.on('close', () => {
-    if (!done && !res.writableFinished) { ureq.destroy(); finish('client_aborted'); }
+    if (!done && !res.writableFinished) {
+      ureq.destroy();
+      finish('client_aborted');
+    }
   });
 
   ureq.write(prefix);
-  if (rest === null) { ureq.end(); return; }
+  if (rest === null) {
+    ureq.end();
+    return;
+  }
   rest.on('data', (c: Buffer) => {
     reqHash.update(c);
     reqBytes += c.length;

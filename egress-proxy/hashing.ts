@@ -3,8 +3,10 @@ import { createHash } from 'node:crypto';
 import type { Sha512 } from './events.js';
 import { canonicalize, tryCanonicalize } from '../shared/proof/index.js';
 
-export const sha512Hex = (data: Uint8Array | string): Sha512 => `sha512:${createHash('sha512').update(data).digest('hex')}`;
-export const asSha512 = (digest: Uint8Array): Sha512 => `sha512:${Buffer.from(digest.buffer, digest.byteOffset, digest.byteLength).toString('hex')}`;
+export const sha512Hex = (data: Uint8Array | string): Sha512 =>
+  `sha512:${createHash('sha512').update(data).digest('hex')}`;
+export const asSha512 = (digest: Uint8Array): Sha512 =>
+  `sha512:${Buffer.from(digest.buffer, digest.byteOffset, digest.byteLength).toString('hex')}`;
 /** SHA-512 of the RFC 8785 form of a value we built ourselves (always JSON data). */
 export const sha512Jcs = (value: unknown): Sha512 => sha512Hex(canonicalize(value));
 /** Same for values parsed from the wire: null when they are not canonicalizable (e.g. nested deeper than JCS allows). */
@@ -30,8 +32,13 @@ export interface CanonicalRequest {
 }
 
 export function canonicalRequest(
-  method: string, scheme: 'http' | 'https', host: string, port: number, pathAndQuery: string,
-  headers: Record<string, string | string[] | undefined>, bodyHash: Sha512,
+  method: string,
+  scheme: 'http' | 'https',
+  host: string,
+  port: number,
+  pathAndQuery: string,
+  headers: Record<string, string | string[] | undefined>,
+  bodyHash: Sha512,
 ): CanonicalRequest {
   const defaultPort = scheme === 'https' ? 443 : 80;
   const h = host.includes(':') ? `[${host}]` : host;

@@ -9,8 +9,17 @@ export type { EgressClock, EgressLimits } from './runtime.js';
 export { DEFAULT_LIMITS } from './runtime.js';
 export type { KeyDestructionEvidence } from './ca.js';
 export type {
-  EgressEvent, EgressOutcome, EgressRefusal, McpOutcome, McpToolInvoked, SealedHttpRequest, Sha512,
-  StreamingEgressChunk, StreamingEgressCompleted, StreamingEgressStarted, TlsMetadata,
+  EgressEvent,
+  EgressOutcome,
+  EgressRefusal,
+  McpOutcome,
+  McpToolInvoked,
+  SealedHttpRequest,
+  Sha512,
+  StreamingEgressChunk,
+  StreamingEgressCompleted,
+  StreamingEgressStarted,
+  TlsMetadata,
 } from './events.js';
 // Validation for the control plane's profile/rule and Capsulefile endpoints.
 export { RULE_KINDS, checkDeclarationEntry, checkHostname, checkRule } from './allowlist.js';

@@ -26,7 +26,11 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
  * Content-Encoding header; any coding other than identity is not inspected.
  */
 export function inspectBody(body: Buffer, contentEncoding: string | undefined): Inspection {
-  if (contentEncoding !== undefined && contentEncoding.trim() !== '' && contentEncoding.trim().toLowerCase() !== 'identity') {
+  if (
+    contentEncoding !== undefined &&
+    contentEncoding.trim() !== '' &&
+    contentEncoding.trim().toLowerCase() !== 'identity'
+  ) {
     return { kind: 'fail_open', reason: 'compressed_body' };
   }
   if (body.length === 0) return { kind: 'not_tools_call' };
@@ -80,16 +84,24 @@ export function denialBody(id: string | number | null, toolName: string): string
 }
 
 /** Shape check of a Capsulefile mcp_policy; problem names the field. */
-export function checkMcpPolicy(input: unknown): { ok: true; value: McpPolicy } | { ok: false; field: string; message: string } {
-  if (typeof input !== 'object' || input === null || Array.isArray(input)) return { ok: false, field: 'mcp_policy', message: 'mcp_policy: must be an object' };
+export function checkMcpPolicy(
+  input: unknown,
+): { ok: true; value: McpPolicy } | { ok: false; field: string; message: string } {
+  if (typeof input !== 'object' || input === null || Array.isArray(input))
+    return { ok: false, field: 'mcp_policy', message: 'mcp_policy: must be an object' };
   const out: McpPolicy = {};
   for (const key of ['allowed_tools', 'prohibited_tools'] as const) {
     const v = (input as Record<string, unknown>)[key];
     if (v === undefined) continue;
-    if (!Array.isArray(v)) return { ok: false, field: `mcp_policy.${key}`, message: `mcp_policy.${key}: must be an array of strings` };
+    if (!Array.isArray(v))
+      return { ok: false, field: `mcp_policy.${key}`, message: `mcp_policy.${key}: must be an array of strings` };
     for (let i = 0; i < v.length; i++) {
       if (typeof v[i] !== 'string' || (v[i] as string).length === 0) {
-        return { ok: false, field: `mcp_policy.${key}[${i}]`, message: `mcp_policy.${key}[${i}]: must be a non-empty string` };
+        return {
+          ok: false,
+          field: `mcp_policy.${key}[${i}]`,
+          message: `mcp_policy.${key}[${i}]: must be a non-empty string`,
+        };
       }
     }
     out[key] = [...(v as string[])];

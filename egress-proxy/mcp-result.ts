@@ -25,7 +25,10 @@ function matchResponse(msg: unknown, id: string | number | null): Record<string,
 
 /** The McpToolInvoked outcome and result hash for one response. */
 export function mcpResult(
-  status: number, contentType: string | undefined, body: Buffer | null, id: string | number | null,
+  status: number,
+  contentType: string | undefined,
+  body: Buffer | null,
+  id: string | number | null,
 ): { outcome: McpOutcome; hash: Sha512 | null } {
   if (status < 200 || status > 299) return { outcome: 'http_error', hash: null };
   if (body === null) return { outcome: 'result_too_large', hash: null };
@@ -33,12 +36,19 @@ export function mcpResult(
   const candidates = contentType?.toLowerCase().includes('text/event-stream') ? [...sseDataPayloads(text)] : [text];
   for (const c of candidates) {
     let parsed: unknown;
-    try { parsed = JSON.parse(c); } catch { continue; }
+    try {
+      parsed = JSON.parse(c);
+    } catch {
+      continue;
+    }
     const r = matchResponse(parsed, id);
     if (!r) continue;
     if ('error' in r) return { outcome: 'rpc_error', hash: sha512JcsOrNull(r.error) };
     const result = r.result as { isError?: unknown } | null;
-    return { outcome: result !== null && typeof result === 'object' && result.isError === true ? 'tool_error' : 'success', hash: sha512JcsOrNull(r.result) };
+    return {
+      outcome: result !== null && typeof result === 'object' && result.isError === true ? 'tool_error' : 'success',
+      hash: sha512JcsOrNull(r.result),
+    };
   }
   return { outcome: 'no_result', hash: null };
 }

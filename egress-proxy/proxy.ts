@@ -40,8 +40,12 @@ async function removeStaleSocket(path: string): Promise<void> {
 const listen = (srv: NetServer | Server, arg: string | { host: string; port: number }) =>
   new Promise<void>((resolve, reject) => {
     srv.once('error', reject);
-    const done = () => { srv.off('error', reject); resolve(); };
-    if (typeof arg === 'string') srv.listen(arg, done); else srv.listen(arg.port, arg.host, done);
+    const done = () => {
+      srv.off('error', reject);
+      resolve();
+    };
+    if (typeof arg === 'string') srv.listen(arg, done);
+    else srv.listen(arg.port, arg.host, done);
   });
 
 /** Host header "name[:port]" / "[v6][:port]" names the tunnel's target (port optional). */
@@ -63,7 +67,12 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
   const clock = config.clock ?? systemClock;
   const resolver = config.resolver ?? systemResolver;
   const random = config.random ?? ((n: number) => randomBytes(n));
-  const ca = new CapsuleCa({ capsuleId: config.capsuleId, random, nowMs: () => Date.parse(clock.nowIso()), validityHours: limits.caValidityHours });
+  const ca = new CapsuleCa({
+    capsuleId: config.capsuleId,
+    random,
+    nowMs: () => Date.parse(clock.nowIso()),
+    validityHours: limits.caValidityHours,
+  });
   const pools = createPools(limits.maxSocketsPerDestination);
   let exchanges = 0;
   let callbackErrors = 0;
@@ -74,91 +83,153 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
     pools,
     trust: upstreamTrust(config.extraCaPem),
     clock,
-    emit: (e) => { try { config.onEvent(e); } catch { callbackErrors++; } },
-    refuse: (r) => { try { config.onRefusal?.({ at: clock.nowIso(), ...r }); } catch { callbackErrors++; } },
+    emit: (e) => {
+      try {
+        config.onEvent(e);
+      } catch {
+        callbackErrors++;
+      }
+    },
+    refuse: (r) => {
+      try {
+        config.onRefusal?.({ at: clock.nowIso(), ...r });
+      } catch {
+        callbackErrors++;
+      }
+    },
     nextExchange: () => ++exchanges,
     inFlight: new Set(),
   };
 
   const sockets = new Set<Socket>();
-  const track = (s: Socket) => { sockets.add(s); s.once('close', () => sockets.delete(s)); };
+  const track = (s: Socket) => {
+    sockets.add(s);
+    s.once('close', () => sockets.delete(s));
+  };
   const tunnels = new WeakMap<Socket, Target>();
 
   // Requests inside CONNECT tunnels (TLS-terminated or plain).
-  const inner = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000, requestTimeout: limits.maxExchangeMs }, (req, res) => {
-    const target = tunnels.get(req.socket);
-    if (!target) { sendError(res, 500, 'internal', 'tunnel lost'); return; }
-    // Host must name the CONNECT target: no domain fronting to another name behind the checked address.
-    if (!hostMatches(String(req.headers.host ?? ''), target)) {
-      rt.refuse({ host: target.host, port: target.port, reason: 'host_header_mismatch' });
-      sendError(res, 421, 'host_header_mismatch', 'Host header does not match the CONNECT destination');
-      return;
-    }
-    const path = req.url ?? '/';
-    if (!path.startsWith('/')) { sendError(res, 400, 'bad_target', 'origin-form request target expected inside a tunnel'); return; }
-    forward(rt, req, res, target, path);
-  });
-
-  const outer = createHttpServer({ keepAliveTimeout: 30_000, headersTimeout: 30_000, requestTimeout: limits.maxExchangeMs }, (req: IncomingMessage, res: ServerResponse) => {
-    // Absolute-URI plain HTTP (HTTP_PROXY).
-    let url: URL;
-    try { url = new URL(req.url ?? ''); } catch { sendError(res, 400, 'bad_target', 'absolute http:// URI expected (this is a forward proxy)'); return; }
-    if (url.protocol !== 'http:') { sendError(res, 400, 'bad_target', 'only http:// URIs are proxied in plain form; use CONNECT for https'); return; }
-    const port = url.port === '' ? 80 : Number(url.port);
-    const host = url.hostname.replace(/^\[|\]$/g, '');
-    req.pause();
-    void admit(policy, resolver, limits.resolveTimeoutMs, 'http', host, port).then((a) => {
-      if (!a.ok) {
-        rt.refuse({ host, port, reason: a.reason, detail: a.detail });
-        sendError(res, a.status, a.reason, a.detail);
+  const inner = createHttpServer(
+    { keepAliveTimeout: 30_000, headersTimeout: 30_000, requestTimeout: limits.maxExchangeMs },
+    (req, res) => {
+      const target = tunnels.get(req.socket);
+      if (!target) {
+        sendError(res, 500, 'internal', 'tunnel lost');
         return;
       }
-      req.resume();
-      forward(rt, req, res, a.target, `${url.pathname}${url.search}`);
-    }, () => sendError(res, 500, 'internal', 'admission failed'));
-  });
+      // Host must name the CONNECT target: no domain fronting to another name behind the checked address.
+      if (!hostMatches(String(req.headers.host ?? ''), target)) {
+        rt.refuse({ host: target.host, port: target.port, reason: 'host_header_mismatch' });
+        sendError(res, 421, 'host_header_mismatch', 'Host header does not match the CONNECT destination');
+        return;
+      }
+      const path = req.url ?? '/';
+      if (!path.startsWith('/')) {
+        sendError(res, 400, 'bad_target', 'origin-form request target expected inside a tunnel');
+        return;
+      }
+      forward(rt, req, res, target, path);
+    },
+  );
+
+  const outer = createHttpServer(
+    { keepAliveTimeout: 30_000, headersTimeout: 30_000, requestTimeout: limits.maxExchangeMs },
+    (req: IncomingMessage, res: ServerResponse) => {
+      // Absolute-URI plain HTTP (HTTP_PROXY).
+      let url: URL;
+      try {
+        url = new URL(req.url ?? '');
+      } catch {
+        sendError(res, 400, 'bad_target', 'absolute http:// URI expected (this is a forward proxy)');
+        return;
+      }
+      if (url.protocol !== 'http:') {
+        sendError(res, 400, 'bad_target', 'only http:// URIs are proxied in plain form; use CONNECT for https');
+        return;
+      }
+      const port = url.port === '' ? 80 : Number(url.port);
+      const host = url.hostname.replace(/^\[|\]$/g, '');
+      req.pause();
+      void admit(policy, resolver, limits.resolveTimeoutMs, 'http', host, port).then(
+        (a) => {
+          if (!a.ok) {
+            rt.refuse({ host, port, reason: a.reason, detail: a.detail });
+            sendError(res, a.status, a.reason, a.detail);
+            return;
+          }
+          req.resume();
+          forward(rt, req, res, a.target, `${url.pathname}${url.search}`);
+        },
+        () => sendError(res, 500, 'internal', 'admission failed'),
+      );
+    },
+  );
 
   const refuseConnect = (sock: Socket, status: number, reason: string, detail: string) => {
     const body = `capsule egress: ${detail}\n`;
-    sock.end(`HTTP/1.1 ${status} ${status === 403 ? 'Forbidden' : status === 400 ? 'Bad Request' : status === 504 ? 'Gateway Timeout' : 'Bad Gateway'}\r\n`
-      + `content-type: text/plain; charset=utf-8\r\nx-capsule-egress-error: ${reason}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    sock.end(
+      `HTTP/1.1 ${status} ${status === 403 ? 'Forbidden' : status === 400 ? 'Bad Request' : status === 504 ? 'Gateway Timeout' : 'Bad Gateway'}\r\n` +
+        `content-type: text/plain; charset=utf-8\r\nx-capsule-egress-error: ${reason}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
   };
 
   outer.on('connect', (req: IncomingMessage, sock: Socket, head: Buffer) => {
     sock.on('error', () => sock.destroy());
     const auth = splitAuthority(req.url ?? '');
-    if (!auth) { refuseConnect(sock, 400, 'bad_target', 'CONNECT needs host:port'); return; }
-    void admit(policy, resolver, limits.resolveTimeoutMs, 'https', auth.host, auth.port).then((a) => {
-      if (!a.ok) {
-        rt.refuse({ host: auth.host.toLowerCase(), port: auth.port, reason: a.reason, detail: a.detail });
-        refuseConnect(sock, a.status, a.reason, a.detail);
-        return;
-      }
-      if (stopping || sock.destroyed) { sock.destroy(); return; }
-      sock.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-      // A tunnel that never handshakes or goes silent is closed (client-side slow loris).
-      sock.setTimeout(limits.idleTimeoutMs, () => sock.destroy());
-      const start = (first: Buffer) => {
-        sock.pause();
-        sock.unshift(first);
-        if (first[0] === 0x16) {
-          // TLS ClientHello: terminate with a leaf for the CONNECT host (SNI is ignored on purpose).
-          let ctx;
-          try { ctx = ca.contextFor(a.target.host, a.target.hostIsIp); } catch { sock.destroy(); return; }
-          const tls = new TLSSocket(sock, { isServer: true, secureContext: ctx, ALPNProtocols: ['http/1.1'] });
-          tls.on('error', () => tls.destroy());
-          track(tls);
-          tunnels.set(tls, a.target);
-          inner.emit('connection', tls);
-        } else {
-          // Only TLS is carried in tunnels (no raw TCP protocols); plain HTTP uses absolute-URI requests.
-          rt.refuse({ host: a.target.host, port: a.target.port, reason: 'unsupported', detail: 'non-TLS bytes in a CONNECT tunnel' });
-          const body = 'capsule egress: CONNECT tunnels carry TLS only; send plain HTTP as an absolute-URI request\n';
-          sock.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nx-capsule-egress-error: unsupported\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    if (!auth) {
+      refuseConnect(sock, 400, 'bad_target', 'CONNECT needs host:port');
+      return;
+    }
+    void admit(policy, resolver, limits.resolveTimeoutMs, 'https', auth.host, auth.port).then(
+      (a) => {
+        if (!a.ok) {
+          rt.refuse({ host: auth.host.toLowerCase(), port: auth.port, reason: a.reason, detail: a.detail });
+          refuseConnect(sock, a.status, a.reason, a.detail);
+          return;
         }
-      };
-      if (head.length > 0) start(head); else sock.once('data', start);
-    }, () => refuseConnect(sock, 502, 'internal', 'admission failed'));
+        if (stopping || sock.destroyed) {
+          sock.destroy();
+          return;
+        }
+        sock.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+        // A tunnel that never handshakes or goes silent is closed (client-side slow loris).
+        sock.setTimeout(limits.idleTimeoutMs, () => sock.destroy());
+        const start = (first: Buffer) => {
+          sock.pause();
+          sock.unshift(first);
+          if (first[0] === 0x16) {
+            // TLS ClientHello: terminate with a leaf for the CONNECT host (SNI is ignored on purpose).
+            let ctx;
+            try {
+              ctx = ca.contextFor(a.target.host, a.target.hostIsIp);
+            } catch {
+              sock.destroy();
+              return;
+            }
+            const tls = new TLSSocket(sock, { isServer: true, secureContext: ctx, ALPNProtocols: ['http/1.1'] });
+            tls.on('error', () => tls.destroy());
+            track(tls);
+            tunnels.set(tls, a.target);
+            inner.emit('connection', tls);
+          } else {
+            // Only TLS is carried in tunnels (no raw TCP protocols); plain HTTP uses absolute-URI requests.
+            rt.refuse({
+              host: a.target.host,
+              port: a.target.port,
+              reason: 'unsupported',
+              detail: 'non-TLS bytes in a CONNECT tunnel',
+            });
+            const body = 'capsule egress: CONNECT tunnels carry TLS only; send plain HTTP as an absolute-URI request\n';
+            sock.end(
+              `HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nx-capsule-egress-error: unsupported\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+            );
+          }
+        };
+        if (head.length > 0) start(head);
+        else sock.once('data', start);
+      },
+      () => refuseConnect(sock, 502, 'internal', 'admission failed'),
+    );
   });
 
   for (const srv of [outer, inner]) {
@@ -187,7 +258,8 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
       await listen(tcpServer, config.tcp);
       const a = tcpServer.address() as AddressInfo;
       tcpAddress = { host: a.address, port: a.port };
-      if (tcpServer !== outer) listeners.push(tcpServer as NetServer); else listeners.push(outer);
+      if (tcpServer !== outer) listeners.push(tcpServer as NetServer);
+      else listeners.push(outer);
     }
 
     let stopped: Promise<KeyDestructionEvidence> | null = null;
@@ -195,7 +267,9 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
       caPem: ca.caPem,
       socketPath: config.socketPath,
       tcpAddress,
-      get droppedCallbackErrors() { return callbackErrors; },
+      get droppedCallbackErrors() {
+        return callbackErrors;
+      },
       stop() {
         stopped ??= (async () => {
           stopping = true;

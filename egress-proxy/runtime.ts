@@ -73,4 +73,3 @@ export interface Target {
   /** The checked address, connected to as is. */
   address: string;
 }
-

@@ -15,7 +15,8 @@ export interface ChunkDone {
   digest: Buffer;
 }
 
-const LF = 0x0a, CR = 0x0d;
+const LF = 0x0a,
+  CR = 0x0d;
 
 export class StreamChunker {
   #hash: Hash = createHash('sha512');
@@ -28,7 +29,10 @@ export class StreamChunker {
   readonly #sse: boolean;
   readonly #maxChunk: number;
 
-  constructor(opts: { sse: boolean; maxChunkBytes: number }, private readonly onChunk: (c: ChunkDone) => void) {
+  constructor(
+    opts: { sse: boolean; maxChunkBytes: number },
+    private readonly onChunk: (c: ChunkDone) => void,
+  ) {
     this.#sse = opts.sse;
     this.#maxChunk = opts.maxChunkBytes;
   }
@@ -42,14 +46,33 @@ export class StreamChunker {
         if (this.#pendingEndAfterCR) {
           // An empty line ended with CR: its LF (if any) belongs to this chunk.
           this.#pendingEndAfterCR = false;
-          if (b === LF) { this.#take(buf, start, i + 1); start = i + 1; this.#emit(); this.#prevCR = false; continue; }
-          this.#take(buf, start, i); start = i; this.#emit(); this.#prevCR = false;
+          if (b === LF) {
+            this.#take(buf, start, i + 1);
+            start = i + 1;
+            this.#emit();
+            this.#prevCR = false;
+            continue;
+          }
+          this.#take(buf, start, i);
+          start = i;
+          this.#emit();
+          this.#prevCR = false;
         }
-        if (b === LF && this.#prevCR) { this.#prevCR = false; this.#lineEmpty = true; continue; }
+        if (b === LF && this.#prevCR) {
+          this.#prevCR = false;
+          this.#lineEmpty = true;
+          continue;
+        }
         if (b === CR || b === LF) {
           if (this.#lineEmpty) {
-            if (b === CR) { this.#pendingEndAfterCR = true; this.#prevCR = true; continue; }
-            this.#take(buf, start, i + 1); start = i + 1; this.#emit();
+            if (b === CR) {
+              this.#pendingEndAfterCR = true;
+              this.#prevCR = true;
+              continue;
+            }
+            this.#take(buf, start, i + 1);
+            start = i + 1;
+            this.#emit();
             this.#prevCR = false;
             continue;
           }
@@ -61,7 +84,9 @@ export class StreamChunker {
         this.#prevCR = false;
       }
       if (this.#bytes + (i - start) + 1 >= this.#maxChunk) {
-        this.#take(buf, start, i + 1); start = i + 1; this.#emit();
+        this.#take(buf, start, i + 1);
+        start = i + 1;
+        this.#emit();
       }
     }
     this.#take(buf, start, buf.length);
@@ -83,7 +108,10 @@ export class StreamChunker {
   }
 
   #take(buf: Buffer, from: number, to: number): void {
-    if (to > from) { this.#hash.update(buf.subarray(from, to)); this.#bytes += to - from; }
+    if (to > from) {
+      this.#hash.update(buf.subarray(from, to));
+      this.#bytes += to - from;
+    }
   }
 
   #emit(): void {

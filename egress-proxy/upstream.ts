@@ -34,7 +34,12 @@ export interface Pools {
 /** Keep-alive pools for one capsule. Pool keys include the connected address and SNI, so one checked address never serves another name. */
 export function createPools(maxSocketsPerDestination: number): Pools {
   // maxFreeSockets = maxSockets: a smaller free pool closes and re-handshakes upstream sockets under load.
-  const opts = { keepAlive: true, maxSockets: maxSocketsPerDestination, maxFreeSockets: maxSocketsPerDestination, scheduling: 'lifo' as const };
+  const opts = {
+    keepAlive: true,
+    maxSockets: maxSocketsPerDestination,
+    maxFreeSockets: maxSocketsPerDestination,
+    scheduling: 'lifo' as const,
+  };
   return { http: new HttpAgent(opts), https: new HttpsAgent(opts) };
 }
 
@@ -60,9 +65,14 @@ export function tlsMetadata(socket: TLSSocket): TlsMetadata {
 const TLS_CODES = /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO|SELF_SIGNED|HOSTNAME_MISMATCH|ERR_OSSL_)/;
 
 /** Maps an upstream error to the recorded outcome and the status the capsule gets. */
-export function classifyUpstreamError(err: NodeJS.ErrnoException & { library?: string }): { outcome: EgressOutcome; status: 502 | 504; code: string } {
+export function classifyUpstreamError(err: NodeJS.ErrnoException & { library?: string }): {
+  outcome: EgressOutcome;
+  status: 502 | 504;
+  code: string;
+} {
   const code = err.code ?? 'UNKNOWN';
   if (code === 'ETIMEDOUT' || code === 'UPSTREAM_TIMEOUT') return { outcome: 'upstream_timeout', status: 504, code };
-  if (TLS_CODES.test(code) || err.library === 'SSL routines') return { outcome: 'upstream_tls_failed', status: 502, code };
+  if (TLS_CODES.test(code) || err.library === 'SSL routines')
+    return { outcome: 'upstream_tls_failed', status: 502, code };
   return { outcome: 'upstream_unreachable', status: 502, code };
 }

@@ -14,7 +14,14 @@ import {
   type FileEntry,
   type HostFacts,
 } from '../shared/runner-protocol.js';
-import { groupPids, killGroup, procsFiles, removeGroup, type CapsuleCgroupPaths, type CgroupManager } from './cgroup.js';
+import {
+  groupPids,
+  killGroup,
+  procsFiles,
+  removeGroup,
+  type CapsuleCgroupPaths,
+  type CgroupManager,
+} from './cgroup.js';
 import type { Clock, Random } from './clock.js';
 import type { RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
@@ -25,7 +32,15 @@ import { baseEnv, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { wipeAndZeroize } from './wipe.js';
-import { attachEgress, caBundle, detachEgress, egressEnv, netnsPath, validateEgress, type EgressState } from './egress.js';
+import {
+  attachEgress,
+  caBundle,
+  detachEgress,
+  egressEnv,
+  netnsPath,
+  validateEgress,
+  type EgressState,
+} from './egress.js';
 
 export const CAPSULE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
@@ -85,14 +100,17 @@ export function capsulesDir(stateDir: string): string {
 
 export function validateEnv(env: unknown, field: string): Record<string, string> {
   if (env === undefined || env === null) return {};
-  if (typeof env !== 'object' || Array.isArray(env)) throw new RunnerError('invalid', `${field}: must be an object of strings`);
+  if (typeof env !== 'object' || Array.isArray(env))
+    throw new RunnerError('invalid', `${field}: must be an object of strings`);
   const out: Record<string, string> = {};
   let total = 0;
   const entries = Object.entries(env as Record<string, unknown>);
   if (entries.length > 256) throw new RunnerError('invalid', `${field}: more than 256 variables`);
   for (const [k, v] of entries) {
-    if (!ENV_NAME_RE.test(k)) throw new RunnerError('invalid', `${field}: invalid variable name ${JSON.stringify(k.slice(0, 64))}`);
-    if (typeof v !== 'string' || v.includes('\0')) throw new RunnerError('invalid', `${field}.${k}: must be a string without NUL`);
+    if (!ENV_NAME_RE.test(k))
+      throw new RunnerError('invalid', `${field}: invalid variable name ${JSON.stringify(k.slice(0, 64))}`);
+    if (typeof v !== 'string' || v.includes('\0'))
+      throw new RunnerError('invalid', `${field}.${k}: must be a string without NUL`);
     total += k.length + v.length;
     out[k] = v;
   }
@@ -131,7 +149,8 @@ export class CapsuleManager {
   }
 
   private get(id: unknown): Capsule {
-    if (typeof id !== 'string' || !CAPSULE_ID_RE.test(id)) throw new RunnerError('invalid', 'capsule_id: 1-64 of [A-Za-z0-9_-], starting alphanumeric');
+    if (typeof id !== 'string' || !CAPSULE_ID_RE.test(id))
+      throw new RunnerError('invalid', 'capsule_id: 1-64 of [A-Za-z0-9_-], starting alphanumeric');
     const c = this.capsules.get(id);
     if (!c) throw new RunnerError('not_found', `capsule_id: no live capsule ${id}`);
     if (c.state === 'destroying') throw new RunnerError('busy', `capsule_id: capsule ${id} is being destroyed`);
@@ -142,12 +161,17 @@ export class CapsuleManager {
     const { config } = this.d;
     if (this.shuttingDown) throw new RunnerError('unavailable', 'runner is shutting down');
     if (typeof req !== 'object' || req === null) throw new RunnerError('invalid', 'params: must be an object');
-    if (typeof req.capsule_id !== 'string' || !CAPSULE_ID_RE.test(req.capsule_id)) throw new RunnerError('invalid', 'capsule_id: 1-64 of [A-Za-z0-9_-], starting alphanumeric');
+    if (typeof req.capsule_id !== 'string' || !CAPSULE_ID_RE.test(req.capsule_id))
+      throw new RunnerError('invalid', 'capsule_id: 1-64 of [A-Za-z0-9_-], starting alphanumeric');
     const id = req.capsule_id;
-    if (this.capsules.has(id) || this.creating.has(id)) throw new RunnerError('invalid', `capsule_id: ${id} already exists`);
+    if (this.capsules.has(id) || this.creating.has(id))
+      throw new RunnerError('invalid', `capsule_id: ${id} already exists`);
     const mem = req.memory_mb;
     if (!Number.isInteger(mem) || mem < config.bounds.minMemoryMb || mem > config.bounds.maxMemoryMb) {
-      throw new RunnerError('invalid', `memory_mb: must be an integer in ${config.bounds.minMemoryMb}..${config.bounds.maxMemoryMb}`);
+      throw new RunnerError(
+        'invalid',
+        `memory_mb: must be an integer in ${config.bounds.minMemoryMb}..${config.bounds.maxMemoryMb}`,
+      );
     }
     const runtime = req.runtime ?? 'default';
     const imageRoot = typeof runtime === 'string' ? config.runtimes[runtime] : undefined;
@@ -157,7 +181,8 @@ export class CapsuleManager {
     // Customer bytes: every decoded app file is zeroed however create ends (refusal, failure or success).
     try {
       if (req.app_files !== undefined) {
-        if (!Array.isArray(req.app_files) || req.app_files.length > 256) throw new RunnerError('invalid', 'app_files: must be a list of at most 256 files');
+        if (!Array.isArray(req.app_files) || req.app_files.length > 256)
+          throw new RunnerError('invalid', 'app_files: must be a list of at most 256 files');
         let total = 0;
         const seen = new Set<string>();
         req.app_files.forEach((f, i) => {
@@ -168,10 +193,12 @@ export class CapsuleManager {
           total += bytes.length;
           apps.push({ name, bytes });
         });
-        if (total > config.bounds.tmpfsMb * 1024 * 1024) throw new RunnerError('too_large', 'app_files: larger than the capsule tmpfs');
+        if (total > config.bounds.tmpfsMb * 1024 * 1024)
+          throw new RunnerError('too_large', 'app_files: larger than the capsule tmpfs');
       }
       const egress = req.egress !== undefined && req.egress !== null ? validateEgress(req.egress) : null;
-      if (this.capsules.size + this.creating.size >= config.bounds.maxCapsules) throw new RunnerError('unavailable', 'runner is at its capsule limit');
+      if (this.capsules.size + this.creating.size >= config.bounds.maxCapsules)
+        throw new RunnerError('unavailable', 'runner is at its capsule limit');
       const uid = this.d.uids.allocate();
       if (uid === null) throw new RunnerError('unavailable', 'no free capsule uid in the configured range');
 
@@ -206,7 +233,11 @@ export class CapsuleManager {
             writeFileInto(app, a.name, a.bytes, 0, 'app_files.filename');
           }
         }
-        this.d.cgroups.create(id, { memoryBytes: mem * 1024 * 1024, pidsMax: config.bounds.pidsMax, cpuWeight: config.bounds.cpuWeight });
+        this.d.cgroups.create(id, {
+          memoryBytes: mem * 1024 * 1024,
+          pidsMax: config.bounds.pidsMax,
+          cpuWeight: config.bounds.cpuWeight,
+        });
         cgroupMade = true;
         if (egress) {
           writeFileSync(join(tmpfsDir, EGRESS_CA_FILE), caBundle(imageRoot, egress.caPem), { mode: 0o644 });
@@ -304,8 +335,10 @@ export class CapsuleManager {
     const { bounds } = this.d.config;
     if (typeof req !== 'object' || req === null) throw new RunnerError('invalid', 'params: must be an object');
     const c = this.get(req.capsule_id);
-    if (typeof req.command !== 'string' || req.command.length === 0) throw new RunnerError('invalid', 'command: must be a non-empty string');
-    if (Buffer.byteLength(req.command) > bounds.maxCommandBytes) throw new RunnerError('too_large', `command: longer than ${bounds.maxCommandBytes} bytes`);
+    if (typeof req.command !== 'string' || req.command.length === 0)
+      throw new RunnerError('invalid', 'command: must be a non-empty string');
+    if (Buffer.byteLength(req.command) > bounds.maxCommandBytes)
+      throw new RunnerError('too_large', `command: longer than ${bounds.maxCommandBytes} bytes`);
     if (req.command.includes('\0')) throw new RunnerError('invalid', 'command: must not contain NUL');
     if (!Number.isInteger(req.timeout_ms) || req.timeout_ms < 1 || req.timeout_ms > bounds.maxTimeoutMs) {
       throw new RunnerError('invalid', `timeout_ms: must be an integer in 1..${bounds.maxTimeoutMs}`);
@@ -316,7 +349,11 @@ export class CapsuleManager {
       const path = req.input_filename ?? '/data/input/data';
       if (typeof path !== 'string') throw new RunnerError('invalid', 'input_filename: must be a string');
       const prefix = Object.keys(INPUT_DIRS).find((p) => path.startsWith(p));
-      if (!prefix) throw new RunnerError('invalid', 'input_filename: must be /data/input/<name>, /data/output/<name> or /tmp/<name>');
+      if (!prefix)
+        throw new RunnerError(
+          'invalid',
+          'input_filename: must be /data/input/<name>, /data/output/<name> or /tmp/<name>',
+        );
       const name = validateFilename(path.slice(prefix.length), 'input_filename');
       // Decoded last: from here on `run` zeroes the bytes however it ends.
       const bytes = decodeB64(req.input_b64, 'input_b64', bounds.maxInputBytes);
@@ -388,7 +425,8 @@ export class CapsuleManager {
     try {
       const c = this.get(params?.capsule_id);
       const name = validateFilename(params.filename);
-      if (body.length > this.d.config.bounds.maxUploadBytes) throw new RunnerError('too_large', `body: larger than ${this.d.config.bounds.maxUploadBytes} bytes`);
+      if (body.length > this.d.config.bounds.maxUploadBytes)
+        throw new RunnerError('too_large', `body: larger than ${this.d.config.bounds.maxUploadBytes} bytes`);
       return writeFileInto(join(c.record.tmpfs_dir, 'input'), name, body, c.record.host_uid);
     } finally {
       body.fill(0); // also when refused: the customer's bytes never outlive the call
@@ -472,7 +510,13 @@ export class CapsuleManager {
       wipeSkippedNonRegular: wipe.skipped_non_regular,
       wipeErrors: wipe.errors,
       key: { bytes: c.key.length, zeroized: true, readback_all_zero: keyZero },
-      uid: { host_uid: r.host_uid, processes_after: owned.pids.length, zombies_after: owned.zombies, processes_scanned: owned.scanned, released },
+      uid: {
+        host_uid: r.host_uid,
+        processes_after: owned.pids.length,
+        zombies_after: owned.zombies,
+        processes_scanned: owned.scanned,
+        released,
+      },
       cgroup: { mode: r.cgroup.mode, empty: cgEmpty && groupPids(r.cgroup).length === 0, removed },
       tmpfsUnmounted: unmounted && !isMounted(r.tmpfs_dir),
       tmpfsDetachedLazily: unmount.lazy,
@@ -480,7 +524,13 @@ export class CapsuleManager {
       commandWasRunning,
       egress,
     });
-    return { capsule_id: r.capsule_id, destroyed_at: this.d.clock.iso(), evidence, wipe: wipe.report, command_was_running: commandWasRunning };
+    return {
+      capsule_id: r.capsule_id,
+      destroyed_at: this.d.clock.iso(),
+      evidence,
+      wipe: wipe.report,
+      command_was_running: commandWasRunning,
+    };
   }
 
   /** Graceful stop: refuse new work, destroy every live capsule. */

@@ -29,7 +29,12 @@ export interface CapsuleCgroupPaths {
   cpu: string | null;
 }
 
-interface Mount { root: string; mountPoint: string; fstype: string; superOpts: string[] }
+interface Mount {
+  root: string;
+  mountPoint: string;
+  fstype: string;
+  superOpts: string[];
+}
 
 function readMounts(): Mount[] {
   const out: Mount[] = [];
@@ -39,7 +44,12 @@ function readMounts(): Mount[] {
     if (!pre || !post) continue;
     const f = pre.split(' ');
     const p = post.split(' ');
-    out.push({ root: f[3] ?? '', mountPoint: (f[4] ?? '').replace(/\\040/g, ' '), fstype: p[0] ?? '', superOpts: (p[2] ?? '').split(',') });
+    out.push({
+      root: f[3] ?? '',
+      mountPoint: (f[4] ?? '').replace(/\\040/g, ' '),
+      fstype: p[0] ?? '',
+      superOpts: (p[2] ?? '').split(','),
+    });
   }
   return out;
 }
@@ -88,11 +98,13 @@ export class CgroupManager {
     const mounts = readMounts();
     const own = ownCgroups();
     const v2 = mounts.find((m) => m.fstype === 'cgroup2');
-    const v1For = (ctrl: string): Mount | undefined => mounts.find((m) => m.fstype === 'cgroup' && m.superOpts.includes(ctrl));
+    const v1For = (ctrl: string): Mount | undefined =>
+      mounts.find((m) => m.fstype === 'cgroup' && m.superOpts.includes(ctrl));
     const v1Mem = v1For('memory');
-    const v2Ctrls = v2 && existsSync(join(v2.mountPoint, 'cgroup.controllers'))
-      ? readFileSync(join(v2.mountPoint, 'cgroup.controllers'), 'utf8').trim().split(/\s+/)
-      : [];
+    const v2Ctrls =
+      v2 && existsSync(join(v2.mountPoint, 'cgroup.controllers'))
+        ? readFileSync(join(v2.mountPoint, 'cgroup.controllers'), 'utf8').trim().split(/\s+/)
+        : [];
     const base = (m: Mount, ownPath: string): string => {
       // Our own path is relative to the hierarchy root; the mount may show a sub-root.
       const rel = m.root !== '/' && ownPath.startsWith(m.root) ? ownPath.slice(m.root.length) : ownPath;
@@ -106,7 +118,10 @@ export class CgroupManager {
       CgroupManager.prepareV2(ownDir, sub);
       return new CgroupManager('v2', sub, null, null);
     }
-    if (!v1Mem) throw new CgroupError('no memory cgroup controller found (neither cgroup v2 with memory nor a v1 memory hierarchy)');
+    if (!v1Mem)
+      throw new CgroupError(
+        'no memory cgroup controller found (neither cgroup v2 with memory nor a v1 memory hierarchy)',
+      );
     const mode: CgroupMode = v2 ? 'hybrid' : 'v1';
     const memBase = join(base(v1Mem, own.get('memory') ?? '/'), name);
     mkdirSync(memBase, { recursive: true });
@@ -134,7 +149,9 @@ export class CgroupManager {
   private static prepareV2(ownDir: string, sub: string): void {
     const enableAll = (dir: string): boolean => {
       // memory and pids are required; cpu is best effort (weight only).
-      const ok = tryWrite(join(dir, 'cgroup.subtree_control'), '+memory') && tryWrite(join(dir, 'cgroup.subtree_control'), '+pids');
+      const ok =
+        tryWrite(join(dir, 'cgroup.subtree_control'), '+memory') &&
+        tryWrite(join(dir, 'cgroup.subtree_control'), '+pids');
       tryWrite(join(dir, 'cgroup.subtree_control'), '+cpu');
       return ok;
     };
@@ -143,7 +160,9 @@ export class CgroupManager {
       mkdirSync(self, { recursive: true });
       write(join(self, 'cgroup.procs'), String(process.pid));
       if (!enableAll(ownDir)) {
-        throw new CgroupError(`cannot enable memory and pids controllers under ${ownDir} (other processes share the runner's cgroup, or they are not delegated)`);
+        throw new CgroupError(
+          `cannot enable memory and pids controllers under ${ownDir} (other processes share the runner's cgroup, or they are not delegated)`,
+        );
       }
     }
     mkdirSync(sub, { recursive: true });
@@ -165,7 +184,8 @@ export class CgroupManager {
     mkdirSync(mem);
     write(join(mem, 'memory.limit_in_bytes'), String(limits.memoryBytes));
     // memsw = memory+swap; equal to the memory limit means no swap at all.
-    if (existsSync(join(mem, 'memory.memsw.limit_in_bytes'))) write(join(mem, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
+    if (existsSync(join(mem, 'memory.memsw.limit_in_bytes')))
+      write(join(mem, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
     tryWrite(join(mem, 'memory.swappiness'), '0');
     let pids: string | null = null;
     if (this.pidsBase) {
@@ -185,7 +205,9 @@ export class CgroupManager {
   /** Existing capsule group directories under this runner's subtree (for recovery). */
   listGroups(): string[] {
     try {
-      return readdirSync(this.memoryBase, { withFileTypes: true }).filter((d) => d.isDirectory() && !d.name.endsWith('-self')).map((d) => d.name);
+      return readdirSync(this.memoryBase, { withFileTypes: true })
+        .filter((d) => d.isDirectory() && !d.name.endsWith('-self'))
+        .map((d) => d.name);
     } catch {
       return [];
     }

@@ -44,10 +44,28 @@ export interface RunnerConfig {
 export class ConfigError extends Error {}
 
 const KEYS = [
-  'socket', 'state_dir', 'uid_base', 'uid_count', 'runtimes', 'seccomp_policy', 'cgroup_name',
-  'max_capsules', 'min_memory_mb', 'max_memory_mb', 'tmpfs_mb', 'tmpfs_inodes', 'max_upload_bytes', 'max_read_bytes',
-  'max_output_bytes', 'max_command_bytes', 'max_input_bytes', 'max_timeout_ms', 'kill_grace_ms',
-  'pids_max', 'cpu_weight', 'allow_swap_for_tests',
+  'socket',
+  'state_dir',
+  'uid_base',
+  'uid_count',
+  'runtimes',
+  'seccomp_policy',
+  'cgroup_name',
+  'max_capsules',
+  'min_memory_mb',
+  'max_memory_mb',
+  'tmpfs_mb',
+  'tmpfs_inodes',
+  'max_upload_bytes',
+  'max_read_bytes',
+  'max_output_bytes',
+  'max_command_bytes',
+  'max_input_bytes',
+  'max_timeout_ms',
+  'kill_grace_ms',
+  'pids_max',
+  'cpu_weight',
+  'allow_swap_for_tests',
 ] as const;
 type Key = (typeof KEYS)[number];
 
@@ -71,7 +89,8 @@ function int(m: Map<Key, string>, k: Key, def: number, min: number, max: number)
   const raw = m.get(k);
   if (raw === undefined) return def;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < min || n > max) throw new ConfigError(`${k}: must be an integer in ${min}..${max}, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new ConfigError(`${k}: must be an integer in ${min}..${max}, got ${JSON.stringify(raw)}`);
   return n;
 }
 
@@ -91,7 +110,14 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
   const uidBase = int(m, 'uid_base', 200000, 1000, 2 ** 31 - 70000);
   const uidCount = int(m, 'uid_count', 1000, 1, 65536);
   // The host prefix carries sh, python3.11 and node 20; these labels use it unless configured otherwise.
-  const runtimes: Record<string, string> = { default: '/', shell: '/', python3: '/', 'python3.11': '/', node: '/', node20: '/' };
+  const runtimes: Record<string, string> = {
+    default: '/',
+    shell: '/',
+    python3: '/',
+    'python3.11': '/',
+    node: '/',
+    node20: '/',
+  };
   const rt = m.get('runtimes');
   if (rt !== undefined) {
     // label=/root,label2=/root2
@@ -103,7 +129,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
       runtimes[label] = resolve(root);
     }
   }
-  const cgroupName = m.get('cgroup_name') ?? `capsule-runner-${createHash('sha256').update(stateDir).digest('hex').slice(0, 12)}`;
+  const cgroupName =
+    m.get('cgroup_name') ?? `capsule-runner-${createHash('sha256').update(stateDir).digest('hex').slice(0, 12)}`;
   if (!/^[A-Za-z0-9._-]{1,64}$/.test(cgroupName)) throw new ConfigError('cgroup_name: letters, digits, . _ - only');
   const swap = m.get('allow_swap_for_tests');
   if (swap !== undefined && swap !== '0' && swap !== '1') throw new ConfigError('allow_swap_for_tests: 0 or 1');

@@ -37,7 +37,11 @@ export function validateEgress(e: unknown): { proxySocket: string; caPem: string
     isSock = false;
   }
   if (!isSock) throw new RunnerError('invalid', 'egress.proxy_socket: no Unix socket at that path');
-  if (typeof o.ca_pem !== 'string' || !o.ca_pem.includes('-----BEGIN CERTIFICATE-----') || o.ca_pem.length > 64 * 1024) {
+  if (
+    typeof o.ca_pem !== 'string' ||
+    !o.ca_pem.includes('-----BEGIN CERTIFICATE-----') ||
+    o.ca_pem.length > 64 * 1024
+  ) {
     throw new RunnerError('invalid', 'egress.ca_pem: must be a PEM certificate bundle of at most 64 KiB');
   }
   return { proxySocket: o.proxy_socket, caPem: o.ca_pem };
@@ -74,7 +78,9 @@ function relayListening(pid: number): boolean {
   try {
     // local_address 0100007F:0C38 (127.0.0.1:3128), state 0A (LISTEN), in the relay's namespace
     const hex = `0100007F:${RELAY_PORT.toString(16).toUpperCase().padStart(4, '0')}`;
-    return readFileSync(`/proc/${pid}/net/tcp`, 'utf8').split('\n').some((l) => l.includes(hex) && / 0A /.test(l));
+    return readFileSync(`/proc/${pid}/net/tcp`, 'utf8')
+      .split('\n')
+      .some((l) => l.includes(hex) && / 0A /.test(l));
   } catch {
     return false;
   }
@@ -90,8 +96,18 @@ export async function attachEgress(name: string, proxySocket: string): Promise<E
     if (lo.status !== 0) throw new RunnerError('internal', `egress: loopback up failed: ${lo.stderr.trim()}`);
     const relay = spawn(
       'nsenter',
-      [`--net=${netnsPath(name)}`, '--', 'setpriv', '--bounding-set=-all', '--inh-caps=-all', '--nnp', '--',
-        'socat', `TCP-LISTEN:${RELAY_PORT},bind=127.0.0.1,reuseaddr,fork,max-children=64`, `UNIX-CONNECT:${proxySocket}`],
+      [
+        `--net=${netnsPath(name)}`,
+        '--',
+        'setpriv',
+        '--bounding-set=-all',
+        '--inh-caps=-all',
+        '--nnp',
+        '--',
+        'socat',
+        `TCP-LISTEN:${RELAY_PORT},bind=127.0.0.1,reuseaddr,fork,max-children=64`,
+        `UNIX-CONNECT:${proxySocket}`,
+      ],
       { stdio: 'ignore', detached: true, env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } },
     );
     relay.on('error', () => undefined);
@@ -100,7 +116,8 @@ export async function attachEgress(name: string, proxySocket: string): Promise<E
     state.relay_pid = relay.pid;
     const end = Date.now() + 3000;
     while (!relayListening(relay.pid)) {
-      if (Date.now() > end || relay.exitCode !== null) throw new RunnerError('internal', 'egress: relay did not start listening');
+      if (Date.now() > end || relay.exitCode !== null)
+        throw new RunnerError('internal', 'egress: relay did not start listening');
       await new Promise((r) => setTimeout(r, 2));
     }
     return state;

@@ -18,7 +18,13 @@ export interface DestroyMeasurements {
   wipeSkippedNonRegular: number;
   wipeErrors: string[];
   key: { bytes: number; zeroized: boolean; readback_all_zero: boolean };
-  uid: { host_uid: number; processes_after: number; zombies_after: number; processes_scanned: number; released: boolean };
+  uid: {
+    host_uid: number;
+    processes_after: number;
+    zombies_after: number;
+    processes_scanned: number;
+    released: boolean;
+  };
   cgroup: { mode: string; empty: boolean; removed: boolean };
   tmpfsUnmounted: boolean;
   /** The unmount was only a lazy detach (the tmpfs was busy). */
@@ -56,19 +62,29 @@ function namespaceStep(m: DestroyMeasurements): StepEvidence {
 function mountStep(m: DestroyMeasurements): StepEvidence {
   const last = m.observations[m.observations.length - 1];
   const writable = last
-    ? last.mounts.filter((x) => !x.options.split(',').includes('ro')).map((x) => ({ mount_point: x.mount_point, fstype: x.fstype }))
+    ? last.mounts
+        .filter((x) => !x.options.split(',').includes('ro'))
+        .map((x) => ({ mount_point: x.mount_point, fstype: x.fstype }))
     : null;
   return {
     method: 'mountinfo_verification',
     performed: last !== undefined,
     source: '/proc/<sandbox pid>/mountinfo and the runner host mountinfo',
     capsule_tmpfs: m.tmpfsMountBefore
-      ? { fstype: m.tmpfsMountBefore.fstype, super_options: m.tmpfsMountBefore.super_options, options: m.tmpfsMountBefore.options }
+      ? {
+          fstype: m.tmpfsMountBefore.fstype,
+          super_options: m.tmpfsMountBefore.super_options,
+          options: m.tmpfsMountBefore.options,
+        }
       : null,
     sandbox_mount_count: last ? last.mounts.length : null,
     sandbox_writable_mounts: writable,
     writable_only_private_tmpfs:
-      writable === null ? null : writable.every((w) => WRITABLE_OK.has(w.mount_point) || w.mount_point === '/proc' || w.mount_point.startsWith('/dev')),
+      writable === null
+        ? null
+        : writable.every(
+            (w) => WRITABLE_OK.has(w.mount_point) || w.mount_point === '/proc' || w.mount_point.startsWith('/dev'),
+          ),
     note: 'writable /proc is the sandbox own procfs; /dev is the bubblewrap minimal tmpfs with null, zero, full, random, urandom, tty and a private devpts',
   };
 }
@@ -88,7 +104,8 @@ export function buildEvidence(m: DestroyMeasurements): StepEvidence[] {
       command_was_running: m.commandWasRunning,
       host_swap_active: m.host.swap_active,
       host_init_on_free: m.host.init_on_free,
-      not_covered: 'pages freed before destroy (deleted files, exited processes) are returned to the kernel without runner overwrite',
+      not_covered:
+        'pages freed before destroy (deleted files, exited processes) are returned to the kernel without runner overwrite',
     },
     {
       key: 'capsule-scoped 32-byte AES-256 key held by the runner (keystream key of the random wipe pass)',

@@ -93,7 +93,10 @@ export function prepareExec(cgroupProcsFiles: string[], argFile: string, seccomp
   const seccompFd = openSync(seccompPath, 'r');
   let child: ChildProcess;
   try {
-    child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe', seccompFd, 'pipe', 'pipe', 'pipe'], env: { PATH: HOST_PATH } });
+    child = spawn(file, args, {
+      stdio: ['ignore', 'pipe', 'pipe', seccompFd, 'pipe', 'pipe', 'pipe'],
+      env: { PATH: HOST_PATH },
+    });
   } finally {
     closeSync(seccompFd);
   }
@@ -104,7 +107,8 @@ export function prepareExec(cgroupProcsFiles: string[], argFile: string, seccomp
   child.on('error', () => {
     p.alive = false;
   });
-  for (const i of [GO_FD, BLOCK_FD, INFO_FD]) (child.stdio[i] as unknown as NodeJS.EventEmitter | null)?.on('error', () => undefined);
+  for (const i of [GO_FD, BLOCK_FD, INFO_FD])
+    (child.stdio[i] as unknown as NodeJS.EventEmitter | null)?.on('error', () => undefined);
   return p;
 }
 
@@ -112,7 +116,8 @@ export function prepareExec(cgroupProcsFiles: string[], argFile: string, seccomp
 // throw past a caller's .catch (destroy's probe relies on that).
 export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   const observing = p.observe !== undefined;
-  const prepared = p.prepared && p.prepared.alive ? p.prepared : prepareExec(procsFiles(p.cgroup), p.argFile, p.seccompPath);
+  const prepared =
+    p.prepared && p.prepared.alive ? p.prepared : prepareExec(procsFiles(p.cgroup), p.argFile, p.seccompPath);
   const child = prepared.child;
   try {
     writeFileSync(p.argFile, argFileText(sandboxArgv({ ...p.spec, block: observing }), observing), { mode: 0o600 });
@@ -120,7 +125,8 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
     // WARNING: the wrapper already waits inside the capsule's cgroup; left alive it would hold a pid until destroy.
     child.kill('SIGKILL');
     // The capsule can fill its own tmpfs (blocks or inodes); the argument file lives there.
-    if ((e as NodeJS.ErrnoException).code === 'ENOSPC') throw new RunnerError('no_space', 'command: the capsule tmpfs is full (no room to start the exec)');
+    if ((e as NodeJS.ErrnoException).code === 'ENOSPC')
+      throw new RunnerError('no_space', 'command: the capsule tmpfs is full (no room to start the exec)');
     throw e;
   }
   const oomBefore = oomKills(p.cgroup);
@@ -158,7 +164,14 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
             return;
           }
           try {
-            if (blockedOnFd(pid, BLOCK_FD)) p.observe?.({ kind: p.observeKind ?? 'first_exec', at: p.clock.iso(), pid, namespaces: nsInodes(pid), mounts: mountinfoOf(pid) });
+            if (blockedOnFd(pid, BLOCK_FD))
+              p.observe?.({
+                kind: p.observeKind ?? 'first_exec',
+                at: p.clock.iso(),
+                pid,
+                namespaces: nsInodes(pid),
+                mounts: mountinfoOf(pid),
+              });
           } catch {
             /* observation is best effort; absence is reported as such */
           }

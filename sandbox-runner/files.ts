@@ -6,18 +6,32 @@
 // capsule cannot swap), and every open is O_NOFOLLOW|O_NONBLOCK followed by
 // an fstat check: a symlink, FIFO or device is never followed, read or written.
 import { createHash } from 'node:crypto';
-import { closeSync, constants, fchownSync, fstatSync, ftruncateSync, openSync, readdirSync, readSync, unlinkSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fchownSync,
+  fstatSync,
+  ftruncateSync,
+  openSync,
+  readdirSync,
+  readSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { RunnerError, type FileEntry } from '../shared/runner-protocol.js';
 
 /** A single path component: no '/', no NUL, no control characters, not . or .., at most 255 bytes. */
 export function validateFilename(name: unknown, field = 'filename'): string {
-  if (typeof name !== 'string' || name.length === 0) throw new RunnerError('invalid', `${field}: must be a non-empty string`);
+  if (typeof name !== 'string' || name.length === 0)
+    throw new RunnerError('invalid', `${field}: must be a non-empty string`);
   if (Buffer.byteLength(name) > 255) throw new RunnerError('invalid', `${field}: longer than 255 bytes`);
   if (name === '.' || name === '..') throw new RunnerError('invalid', `${field}: must not be . or ..`);
-  if (name.includes('/')) throw new RunnerError('invalid', `${field}: must be a plain name without '/' (no paths, no traversal)`);
+  if (name.includes('/'))
+    throw new RunnerError('invalid', `${field}: must be a plain name without '/' (no paths, no traversal)`);
   // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u001f\u007f]/.test(name)) throw new RunnerError('invalid', `${field}: must not contain NUL or control characters`);
+  if (/[\u0000-\u001f\u007f]/.test(name))
+    throw new RunnerError('invalid', `${field}: must not contain NUL or control characters`);
   return name;
 }
 
@@ -28,7 +42,8 @@ function errnoToRunner(e: unknown, field: string): RunnerError {
   if (code === 'ENOSPC') return new RunnerError('no_space', 'capsule tmpfs is full');
   if (code === 'ELOOP') return new RunnerError('invalid', `${field}: is a symbolic link; refused`);
   if (code === 'ENOENT') return new RunnerError('not_found', `${field}: no such file`);
-  if (code === 'ENXIO' || code === 'EISDIR' || code === 'EACCES' || code === 'EPERM') return new RunnerError('invalid', `${field}: not a regular file; refused`);
+  if (code === 'ENXIO' || code === 'EISDIR' || code === 'EACCES' || code === 'EPERM')
+    return new RunnerError('invalid', `${field}: not a regular file; refused`);
   return new RunnerError('internal', `${field}: ${code ?? 'I/O error'}`);
 }
 
@@ -36,7 +51,14 @@ function errnoToRunner(e: unknown, field: string): RunnerError {
  * Writes bytes to dir/name as a new regular file owned by uid, replacing a
  * previous regular file of that name. Returns its entry.
  */
-export function writeFileInto(dir: string, name: string, bytes: Uint8Array, uid: number, field = 'filename', hash = true): FileEntry {
+export function writeFileInto(
+  dir: string,
+  name: string,
+  bytes: Uint8Array,
+  uid: number,
+  field = 'filename',
+  hash = true,
+): FileEntry {
   const path = join(dir, name);
   let fd: number;
   try {
@@ -46,7 +68,8 @@ export function writeFileInto(dir: string, name: string, bytes: Uint8Array, uid:
   }
   let complete = false;
   try {
-    if (!fstatSync(fd).isFile()) throw new RunnerError('invalid', `${field}: exists and is not a regular file; refused`);
+    if (!fstatSync(fd).isFile())
+      throw new RunnerError('invalid', `${field}: exists and is not a regular file; refused`);
     // Truncate only after the type check (O_TRUNC on open would touch whatever it is).
     ftruncateSync(fd, 0);
     let off = 0;
@@ -70,10 +93,17 @@ export function writeFileInto(dir: string, name: string, bytes: Uint8Array, uid:
     }
   }
   // Exec input needs no entry: skip hashing it (SHA-512 costs ~4 ms per MB here).
-  return { filename: name, size_bytes: bytes.byteLength, sha512: hash ? `sha512:${createHash('sha512').update(bytes).digest('hex')}` : '' };
+  return {
+    filename: name,
+    size_bytes: bytes.byteLength,
+    sha512: hash ? `sha512:${createHash('sha512').update(bytes).digest('hex')}` : '',
+  };
 }
 
-interface OpenedRegular { fd: number; size: number }
+interface OpenedRegular {
+  fd: number;
+  size: number;
+}
 
 function openRegular(path: string, field: string): OpenedRegular {
   let fd: number;
@@ -109,7 +139,10 @@ export function listRegular(dir: string): FileEntry[] {
   const out: FileEntry[] = [];
   let names: string[];
   try {
-    names = readdirSync(dir, { withFileTypes: true }).filter((d) => d.isFile()).map((d) => d.name).sort();
+    names = readdirSync(dir, { withFileTypes: true })
+      .filter((d) => d.isFile())
+      .map((d) => d.name)
+      .sort();
   } catch {
     return [];
   }
@@ -133,7 +166,8 @@ export function listRegular(dir: string): FileEntry[] {
 export function readRegular(dir: string, name: string, maxBytes: number): { entry: FileEntry; bytes: Buffer } {
   const f = openRegular(join(dir, name), 'filename');
   try {
-    if (f.size > maxBytes) throw new RunnerError('too_large', `filename: ${f.size} bytes exceeds the read bound of ${maxBytes}`);
+    if (f.size > maxBytes)
+      throw new RunnerError('too_large', `filename: ${f.size} bytes exceeds the read bound of ${maxBytes}`);
     const bytes = Buffer.alloc(f.size);
     let pos = 0;
     while (pos < f.size) {
@@ -142,7 +176,10 @@ export function readRegular(dir: string, name: string, maxBytes: number): { entr
       pos += n;
     }
     const data = bytes.subarray(0, pos);
-    return { entry: { filename: name, size_bytes: pos, sha512: `sha512:${createHash('sha512').update(data).digest('hex')}` }, bytes: data };
+    return {
+      entry: { filename: name, size_bytes: pos, sha512: `sha512:${createHash('sha512').update(data).digest('hex')}` },
+      bytes: data,
+    };
   } finally {
     closeSync(f.fd);
   }

@@ -34,7 +34,13 @@ export function bwrapVersion(): string | null {
 }
 
 export function hostFacts(mode: CgroupMode, bwrap: string): HostFacts {
-  return { kernel: release(), cgroup_mode: mode, swap_active: swapActive(), init_on_free: initOnFree(), bwrap_version: bwrap };
+  return {
+    kernel: release(),
+    cgroup_mode: mode,
+    swap_active: swapActive(),
+    init_on_free: initOnFree(),
+    bwrap_version: bwrap,
+  };
 }
 
 /** "type:[inode]" link targets of a process's namespaces; missing ones are omitted. */
@@ -50,7 +56,13 @@ export function nsInodes(pid: number | 'self'): Partial<Record<NsName, string>> 
   return out;
 }
 
-export interface MountLine { mount_point: string; fstype: string; source: string; options: string; super_options: string }
+export interface MountLine {
+  mount_point: string;
+  fstype: string;
+  source: string;
+  options: string;
+  super_options: string;
+}
 
 export function parseMountinfo(text: string): MountLine[] {
   const out: MountLine[] = [];
@@ -59,7 +71,13 @@ export function parseMountinfo(text: string): MountLine[] {
     if (!pre || !post) continue;
     const f = pre.split(' ');
     const p = post.split(' ');
-    out.push({ mount_point: (f[4] ?? '').replace(/\\040/g, ' '), options: f[5] ?? '', fstype: p[0] ?? '', source: p[1] ?? '', super_options: p[2] ?? '' });
+    out.push({
+      mount_point: (f[4] ?? '').replace(/\\040/g, ' '),
+      options: f[5] ?? '',
+      fstype: p[0] ?? '',
+      source: p[1] ?? '',
+      super_options: p[2] ?? '',
+    });
   }
   return out;
 }

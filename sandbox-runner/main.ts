@@ -32,12 +32,16 @@ async function main(): Promise<void> {
     if (e instanceof ConfigError) fail(`bad configuration: ${e.message}`);
     throw e;
   }
-  if (typeof process.getuid !== 'function' || process.getuid() !== 0) fail('must run as root (it creates tmpfs mounts, cgroups and per-capsule uids)');
+  if (typeof process.getuid !== 'function' || process.getuid() !== 0)
+    fail('must run as root (it creates tmpfs mounts, cgroups and per-capsule uids)');
   const bwrap = bwrapVersion();
   if (!bwrap) fail('bubblewrap (bwrap) not found on PATH; install the Debian package "bubblewrap"');
   if (swapActive()) {
-    if (!config.allowSwapForTests) fail('swap is active: capsule memory could reach disk; disable swap (swapoff -a) on capsule nodes');
-    process.stderr.write('capsule-runner: WARNING swap is active; allowed by allow_swap_for_tests, reported in host facts\n');
+    if (!config.allowSwapForTests)
+      fail('swap is active: capsule memory could reach disk; disable swap (swapoff -a) on capsule nodes');
+    process.stderr.write(
+      'capsule-runner: WARNING swap is active; allowed by allow_swap_for_tests, reported in host facts\n',
+    );
   }
   let seccompPath: string;
   try {

@@ -11,7 +11,13 @@ import { recoverEgress } from './egress.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import { wipeAndZeroize } from './wipe.js';
 
-export async function recoverCapsules(stateDir: string, cgroups: CgroupManager, mounter: Mounter, clock: Clock, random: Random): Promise<LostCapsule[]> {
+export async function recoverCapsules(
+  stateDir: string,
+  cgroups: CgroupManager,
+  mounter: Mounter,
+  clock: Clock,
+  random: Random,
+): Promise<LostCapsule[]> {
   const dir = capsulesDir(stateDir);
   const ids = new Set<string>();
   if (existsSync(dir)) {

@@ -42,9 +42,18 @@ export function prepareEtc(imageRoot: string, dest: string): void {
     const src = join(imageRoot, 'etc', e);
     if (!existsSync(src) && !isSymlink(src)) continue;
     // Never copy private key material (e.g. /etc/ssl/private) into a capsule-visible tree.
-    cpSync(src, join(dest, e), { recursive: true, verbatimSymlinks: true, preserveTimestamps: true, filter: (from) => !/\/private(\/|$)/.test(from) });
+    cpSync(src, join(dest, e), {
+      recursive: true,
+      verbatimSymlinks: true,
+      preserveTimestamps: true,
+      filter: (from) => !/\/private(\/|$)/.test(from),
+    });
   }
-  writeFileSync(join(dest, 'passwd'), `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\ncapsule:x:${INSIDE_UID}:${INSIDE_GID}:capsule:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`, { mode: 0o644 });
+  writeFileSync(
+    join(dest, 'passwd'),
+    `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\ncapsule:x:${INSIDE_UID}:${INSIDE_GID}:capsule:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`,
+    { mode: 0o644 },
+  );
   writeFileSync(join(dest, 'group'), `root:x:0:\ncapsule:x:${INSIDE_GID}:\nnogroup:x:65534:\n`, { mode: 0o644 });
   // Mount point for an egress capsule's CA bundle (the /etc bind is read-only, so it must pre-exist).
   writeFileSync(join(dest, 'capsule-ca.pem'), '', { mode: 0o644 });
@@ -107,33 +116,65 @@ export function sandboxArgv(s: SandboxSpec): string[] {
   }
   const bwrap = [
     'bwrap',
-    '--unshare-user', '--unshare-ipc', '--unshare-pid', '--unshare-uts', '--unshare-cgroup-try',
+    '--unshare-user',
+    '--unshare-ipc',
+    '--unshare-pid',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
     ...(s.netnsPath ? [] : ['--unshare-net']),
     '--disable-userns',
-    '--uid', String(INSIDE_UID), '--gid', String(INSIDE_GID),
-    '--hostname', s.hostname,
-    '--die-with-parent', '--new-session', '--cap-drop', 'ALL',
+    '--uid',
+    String(INSIDE_UID),
+    '--gid',
+    String(INSIDE_GID),
+    '--hostname',
+    s.hostname,
+    '--die-with-parent',
+    '--new-session',
+    '--cap-drop',
+    'ALL',
     ...img,
-    '--ro-bind', s.etcDir, '/etc',
+    '--ro-bind',
+    s.etcDir,
+    '/etc',
     ...(s.caFile ? ['--ro-bind', s.caFile, '/etc/capsule-ca.pem'] : []),
-    '--proc', '/proc',
-    '--dev', '/dev',
-    '--bind', join(s.tmpfsDir, 'input'), '/data/input',
-    '--bind', join(s.tmpfsDir, 'output'), '/data/output',
-    '--bind', join(s.tmpfsDir, 'tmp'), '/tmp',
+    '--proc',
+    '/proc',
+    '--dev',
+    '/dev',
+    '--bind',
+    join(s.tmpfsDir, 'input'),
+    '/data/input',
+    '--bind',
+    join(s.tmpfsDir, 'output'),
+    '/data/output',
+    '--bind',
+    join(s.tmpfsDir, 'tmp'),
+    '/tmp',
     ...(s.hasApp ? ['--ro-bind', join(s.tmpfsDir, 'app'), '/capsule/app'] : []),
-    '--remount-ro', '/',
-    '--chdir', '/data',
+    '--remount-ro',
+    '/',
+    '--chdir',
+    '/data',
     '--clearenv',
     ...Object.entries(s.env).flatMap(([k, v]) => ['--setenv', k, v]),
-    '--seccomp', String(SECCOMP_FD),
-    '--info-fd', String(INFO_FD),
+    '--seccomp',
+    String(SECCOMP_FD),
+    '--info-fd',
+    String(INFO_FD),
     ...(s.block ? ['--block-fd', String(BLOCK_FD)] : []),
-    '--', '/bin/sh', '-c', s.command,
+    '--',
+    '/bin/sh',
+    '-c',
+    s.command,
   ];
   const setpriv = [
-    'setpriv', `--reuid=${s.hostUid}`, `--regid=${s.hostUid}`, '--clear-groups',
-    '--inh-caps=-all', '--nnp',
+    'setpriv',
+    `--reuid=${s.hostUid}`,
+    `--regid=${s.hostUid}`,
+    '--clear-groups',
+    '--inh-caps=-all',
+    '--nnp',
   ];
   return s.netnsPath ? ['nsenter', `--net=${s.netnsPath}`, '--', ...setpriv, ...bwrap] : [...setpriv, ...bwrap];
 }
@@ -156,7 +197,10 @@ export function wrapperArgv(cgroupProcsFiles: string[], argFile: string): { file
   const script =
     'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; ' +
     `read -r go <&${GO_FD} || exit 125; [ "$go" = go ] || exit 125; . "$1"`;
-  return { file: '/bin/sh', args: ['-c', script, 'capsule-exec', String(cgroupProcsFiles.length), ...cgroupProcsFiles, argFile] };
+  return {
+    file: '/bin/sh',
+    args: ['-c', script, 'capsule-exec', String(cgroupProcsFiles.length), ...cgroupProcsFiles, argFile],
+  };
 }
 
 /** Base environment of every exec; capsule and exec env are layered over it. */

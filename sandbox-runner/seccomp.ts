@@ -28,10 +28,22 @@ const offArgLow = (i: number): number => 16 + 8 * i;
 
 const ERRNOS: Record<string, number> = { EPERM: 1, ENOSYS: 38, EACCES: 13, EAFNOSUPPORT: 97, EOPNOTSUPP: 95 };
 
-interface Insn { code: number; jt: number; jf: number; k: number }
+interface Insn {
+  code: number;
+  jt: number;
+  jf: number;
+  k: number;
+}
 
-export interface ArgValues { arg: number; mask?: number; values: number[] }
-export interface ArgMask { arg: number; mask: number }
+export interface ArgValues {
+  arg: number;
+  mask?: number;
+  values: number[];
+}
+export interface ArgMask {
+  arg: number;
+  mask: number;
+}
 
 export interface SyscallRule {
   name: string;
@@ -74,9 +86,12 @@ function checkArgValues(v: unknown, where: string): ArgValues {
 export function parsePolicy(text: string): SeccompPolicy {
   const doc = parse(text) as Partial<SeccompPolicy> | null;
   if (!doc || doc.arch !== 'x86_64') throw new PolicyError('policy: arch must be x86_64');
-  if (doc.wrong_arch_action !== 'kill_process' || doc.x32_action !== 'kill_process') throw new PolicyError('policy: wrong_arch_action and x32_action must be kill_process');
-  if (typeof doc.default_errno !== 'string' || !(doc.default_errno in ERRNOS)) throw new PolicyError('policy: default_errno must be a known errno name');
-  if (!Array.isArray(doc.syscalls) || doc.syscalls.length === 0) throw new PolicyError('policy: syscalls must be a non-empty list');
+  if (doc.wrong_arch_action !== 'kill_process' || doc.x32_action !== 'kill_process')
+    throw new PolicyError('policy: wrong_arch_action and x32_action must be kill_process');
+  if (typeof doc.default_errno !== 'string' || !(doc.default_errno in ERRNOS))
+    throw new PolicyError('policy: default_errno must be a known errno name');
+  if (!Array.isArray(doc.syscalls) || doc.syscalls.length === 0)
+    throw new PolicyError('policy: syscalls must be a non-empty list');
   const seenNr = new Set<number>();
   const seenName = new Set<string>();
   const syscalls: SyscallRule[] = doc.syscalls.map((raw, i) => {
@@ -99,10 +114,17 @@ export function parsePolicy(text: string): SeccompPolicy {
       out.deny_arg_mask = { arg: m.arg, mask: m.mask };
     }
     if (r.arg_in !== undefined) out.arg_in = checkArgValues(r.arg_in, `${where}.arg_in`);
-    if (r.deny_arg_values !== undefined) out.deny_arg_values = checkArgValues(r.deny_arg_values, `${where}.deny_arg_values`);
+    if (r.deny_arg_values !== undefined)
+      out.deny_arg_values = checkArgValues(r.deny_arg_values, `${where}.deny_arg_values`);
     return out;
   });
-  return { arch: 'x86_64', wrong_arch_action: 'kill_process', x32_action: 'kill_process', default_errno: doc.default_errno, syscalls };
+  return {
+    arch: 'x86_64',
+    wrong_arch_action: 'kill_process',
+    x32_action: 'kill_process',
+    default_errno: doc.default_errno,
+    syscalls,
+  };
 }
 
 export function loadPolicy(path: string): SeccompPolicy {

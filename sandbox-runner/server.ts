@@ -42,7 +42,13 @@ export function startServer(socketPath: string, d: ServerDeps): Promise<Server> 
       try {
         sock.write(encodeFrame(header, body, limits));
       } catch (e) {
-        sock.write(encodeFrame({ id: header['id'] ?? null, ok: false, error: { code: 'too_large', message: (e as Error).message } }, null, limits));
+        sock.write(
+          encodeFrame(
+            { id: header['id'] ?? null, ok: false, error: { code: 'too_large', message: (e as Error).message } },
+            null,
+            limits,
+          ),
+        );
       }
     };
     sock.on('data', (chunk: Buffer) => {
@@ -50,7 +56,11 @@ export function startServer(socketPath: string, d: ServerDeps): Promise<Server> 
         if (ev.kind === 'error') {
           const hid = ev.error.header?.['id'];
           const code = ev.error.kind === 'too_large' ? 'too_large' : 'invalid';
-          send({ id: typeof hid === 'number' ? hid : null, ok: false, error: { code, message: `body: ${ev.error.message}` } });
+          send({
+            id: typeof hid === 'number' ? hid : null,
+            ok: false,
+            error: { code, message: `body: ${ev.error.message}` },
+          });
           if (ev.error.fatal) sock.end();
           continue;
         }
@@ -60,7 +70,11 @@ export function startServer(socketPath: string, d: ServerDeps): Promise<Server> 
         const params = header['params'];
         const h = typeof method === 'string' && Object.hasOwn(table, method) ? table[method] : undefined;
         if (!h) {
-          send({ id, ok: false, error: { code: 'invalid', message: `method: unknown ${JSON.stringify(String(method)).slice(0, 64)}` } });
+          send({
+            id,
+            ok: false,
+            error: { code: 'invalid', message: `method: unknown ${JSON.stringify(String(method)).slice(0, 64)}` },
+          });
           continue;
         }
         if (typeof params !== 'object' || params === null || Array.isArray(params)) {

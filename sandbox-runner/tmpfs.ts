@@ -89,7 +89,11 @@ export class Mounter {
     const reply = await this.ask(['mount', dir, String(sizeMb), String(inodes)]);
     if (reply === 'ok') return;
     if (reply !== null) throw new TmpfsError(`mount tmpfs at ${dir} failed: ${reply}`);
-    const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeMb}m,nr_inodes=${inodes},mode=0711,nosuid,nodev`, 'capsule-tmpfs', dir], { encoding: 'utf8' });
+    const r = spawnSync(
+      'mount',
+      ['-t', 'tmpfs', '-o', `size=${sizeMb}m,nr_inodes=${inodes},mode=0711,nosuid,nodev`, 'capsule-tmpfs', dir],
+      { encoding: 'utf8' },
+    );
     if (r.status !== 0) throw new TmpfsError(`mount tmpfs at ${dir} failed: ${(r.stderr || '').trim()}`);
   }
 

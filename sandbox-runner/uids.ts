@@ -1,7 +1,10 @@
 // Allocator of per-capsule host uids (gid = uid) from the configured range.
 export class UidPool {
   private readonly used = new Set<number>();
-  constructor(readonly base: number, readonly count: number) {}
+  constructor(
+    readonly base: number,
+    readonly count: number,
+  ) {}
 
   allocate(): number | null {
     for (let i = 0; i < this.count; i++) {

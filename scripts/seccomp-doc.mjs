@@ -9,11 +9,23 @@ const rows = policy.syscalls.map((s) => {
     s.errno ? `refused: ${s.errno}` : 'allowed',
     s.deny_arg_mask ? `refused when arg${s.deny_arg_mask.arg} & 0x${s.deny_arg_mask.mask.toString(16)}` : '',
     s.arg_in ? `only arg${s.arg_in.arg} in {${s.arg_in.values.join(', ')}}` : '',
-    s.deny_arg_values ? `refused when arg${s.deny_arg_values.arg}${s.deny_arg_values.mask ? ` & 0x${s.deny_arg_values.mask.toString(16)}` : ''} in {${s.deny_arg_values.values.map((v) => `0x${v.toString(16)}`).join(', ')}}` : '',
-  ].filter(Boolean).join('; ');
+    s.deny_arg_values
+      ? `refused when arg${s.deny_arg_values.arg}${s.deny_arg_values.mask ? ` & 0x${s.deny_arg_values.mask.toString(16)}` : ''} in {${s.deny_arg_values.values.map((v) => `0x${v.toString(16)}`).join(', ')}}`
+      : '',
+  ]
+    .filter(Boolean)
+    .join('; ');
   return `| \`${s.name}\` | ${s.nr} | ${cond} | ${s.why} |`;
 });
-const table = ['<!-- syscalls:begin -->', '| syscall | nr | rule | why |', '|---|---|---|---|', ...rows, '<!-- syscalls:end -->'].join('\n');
+const table = [
+  '<!-- syscalls:begin -->',
+  '| syscall | nr | rule | why |',
+  '|---|---|---|---|',
+  ...rows,
+  '<!-- syscalls:end -->',
+].join('\n');
 const text = readFileSync(doc, 'utf8');
 writeFileSync(doc, text.replace(/<!-- syscalls:begin -->[\s\S]*?<!-- syscalls:end -->/, table));
-console.log(`${policy.syscalls.filter((s) => !s.errno).length} allowed, ${policy.syscalls.filter((s) => s.errno).length} refused with a chosen errno`);
+console.log(
+  `${policy.syscalls.filter((s) => !s.errno).length} allowed, ${policy.syscalls.filter((s) => s.errno).length} refused with a chosen errno`,
+);

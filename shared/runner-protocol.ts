@@ -90,7 +90,7 @@ export interface FileEntry {
 export interface WipeReport {
   bytes_overwritten: number;
   files: number;
-  passes: string[];           // e.g. ["zeros", "ones", "random"]
+  passes: string[]; // e.g. ["zeros", "ones", "random"]
   readback_verified: boolean; // every byte read back equal to the last pattern written
   /** "sha512:<hex>" RFC 6962-style root over the wiped regions' final zero state */
   zero_state_root: string;
@@ -128,12 +128,12 @@ export interface RunnerMethods {
 
 /** Closed set of runner error codes; the control plane maps them to API errors. */
 export type RunnerErrorCode =
-  | 'not_found'        // no such live capsule
-  | 'invalid'          // bad name, bad path, bad argument (message names the field)
-  | 'too_large'        // upload or file over the bound
-  | 'busy'             // capsule is being destroyed
-  | 'no_space'         // tmpfs full
-  | 'unavailable'      // runner shutting down or resources exhausted
+  | 'not_found' // no such live capsule
+  | 'invalid' // bad name, bad path, bad argument (message names the field)
+  | 'too_large' // upload or file over the bound
+  | 'busy' // capsule is being destroyed
+  | 'no_space' // tmpfs full
+  | 'unavailable' // runner shutting down or resources exhausted
   | 'internal';
 
 /** A runner error as the client surfaces it. */

@@ -22,7 +22,8 @@ function mac(secret: string, timestamp: number, body: string | Uint8Array): Uint
 
 /** The header value for a delivery sent at `timestamp` (unix seconds). */
 export function signWebhook(secret: string, timestamp: number, body: string | Uint8Array): string {
-  if (!Number.isSafeInteger(timestamp) || timestamp < 0) throw new RangeError('signWebhook: timestamp must be unix seconds');
+  if (!Number.isSafeInteger(timestamp) || timestamp < 0)
+    throw new RangeError('signWebhook: timestamp must be unix seconds');
   return `t=${timestamp},v1=${toHex(mac(secret, timestamp, body))}`;
 }
 
@@ -33,7 +34,10 @@ export type WebhookCheck = { ok: true; timestamp: number } | { ok: false; reason
  * the receiver's (injected) clock. Accepts any of several v1 values (secret rotation).
  */
 export function verifyWebhookSignature(
-  header: string, secret: string, body: string | Uint8Array, now: number,
+  header: string,
+  secret: string,
+  body: string | Uint8Array,
+  now: number,
   toleranceSeconds = WEBHOOK_TOLERANCE_SECONDS,
 ): WebhookCheck {
   let t: number | undefined;

@@ -19,7 +19,10 @@ export function parseConfig(argv: readonly string[], env: Readonly<Record<string
   let apiKey = env['CAPSULE_API_KEY'];
   for (let i = 0; i < rest.length; i++) {
     const a = rest[i] ?? '';
-    const [flag, inline] = a.startsWith('--') && a.includes('=') ? [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)] : [a, undefined];
+    const [flag, inline] =
+      a.startsWith('--') && a.includes('=')
+        ? [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)]
+        : [a, undefined];
     if (command === 'push' && (flag === '--api-url' || flag === '--api-key')) {
       const v = inline ?? rest[++i];
       if (v === undefined || v === '') throw new UsageError(`${flag} needs a value`);
@@ -44,7 +47,8 @@ export function parseConfig(argv: readonly string[], env: Readonly<Record<string
   } catch {
     throw new UsageError('the API address is not a URL');
   }
-  if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new UsageError('the API address must be http:// or https://');
+  if (url.protocol !== 'https:' && url.protocol !== 'http:')
+    throw new UsageError('the API address must be http:// or https://');
   return { command, dir, apiUrl: url, apiKey };
 }
 

@@ -20,7 +20,11 @@ const pep503 = (n: string): string => n.toLowerCase().replace(/[-_.]+/g, '-');
 async function aptPackages(statusFile: string): Promise<Set<string>> {
   const out = new Set<string>();
   let text: string;
-  try { text = await readFile(statusFile, 'utf8'); } catch { return out; }
+  try {
+    text = await readFile(statusFile, 'utf8');
+  } catch {
+    return out;
+  }
   for (const block of text.split(/\n\s*\n/)) {
     const name = /^Package:\s*(\S+)/m.exec(block)?.[1];
     if (name && /^Status:.*\binstalled$/m.test(block)) out.add(name);
@@ -29,7 +33,8 @@ async function aptPackages(statusFile: string): Promise<Set<string>> {
 }
 
 function pipPackages(python: string): Promise<Set<string>> {
-  const script = 'import importlib.metadata as m, json; print(json.dumps([d.metadata["Name"] or "" for d in m.distributions()]))';
+  const script =
+    'import importlib.metadata as m, json; print(json.dumps([d.metadata["Name"] or "" for d in m.distributions()]))';
   return new Promise((resolve) => {
     execFile(python, ['-I', '-c', script], { timeout: 15_000, maxBuffer: 4 * 1024 * 1024 }, (err, stdout) => {
       if (err) return resolve(new Set());
@@ -46,10 +51,18 @@ async function npmPackages(dirs: string[]): Promise<Set<string>> {
   const out = new Set<string>();
   for (const dir of dirs) {
     let names: string[];
-    try { names = await readdir(dir); } catch { continue; }
+    try {
+      names = await readdir(dir);
+    } catch {
+      continue;
+    }
     for (const n of names) {
       if (n.startsWith('@')) {
-        try { for (const s of await readdir(join(dir, n))) out.add(`${n}/${s}`); } catch { /* not a directory */ }
+        try {
+          for (const s of await readdir(join(dir, n))) out.add(`${n}/${s}`);
+        } catch {
+          /* not a directory */
+        }
       } else if (!n.startsWith('.')) {
         out.add(n);
       }

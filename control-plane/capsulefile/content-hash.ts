@@ -19,7 +19,8 @@ export type CapsulefileFileEntry = { filename: string; size_bytes: number; sha51
 const SHA512 = /^sha512:[0-9a-f]{128}$/;
 
 /** Hex SHA-512 (isomorphic; for large files an adapter may use node:crypto, same digest). */
-export const sha512Hex = (data: Uint8Array | string): string => bytesToHex(sha512(typeof data === 'string' ? utf8ToBytes(data) : data));
+export const sha512Hex = (data: Uint8Array | string): string =>
+  bytesToHex(sha512(typeof data === 'string' ? utf8ToBytes(data) : data));
 
 /** Checks a file list (names, sizes, digests, duplicates, totals); throws invalid_parameters naming `files.N`. */
 export function checkFileEntries(files: readonly CapsulefileFileEntry[]): void {
@@ -33,7 +34,8 @@ export function checkFileEntries(files: readonly CapsulefileFileEntry[]): void {
     seen.add(f.filename);
     const sizeWhy = fileSizeProblem(f.size_bytes);
     if (sizeWhy !== null) throw invalid(`files.${i}.size_bytes`, `${f.filename}: ${sizeWhy}`);
-    if (!SHA512.test(f.sha512)) throw invalid(`files.${i}.sha512`, 'must be sha512: followed by 128 lower-case hex digits');
+    if (!SHA512.test(f.sha512))
+      throw invalid(`files.${i}.sha512`, 'must be sha512: followed by 128 lower-case hex digits');
     total += f.size_bytes;
   });
   if (total > FILES_TOTAL_MAX_BYTES) throw invalid('files', `files must total at most ${FILES_TOTAL_MAX_BYTES} bytes`);
@@ -43,7 +45,10 @@ export function checkFileEntries(files: readonly CapsulefileFileEntry[]): void {
  * The object whose JCS bytes are hashed: every definition field (null when not
  * declared) and the files sorted by filename. Exposed so tests and docs can show it.
  */
-export function canonicalContent(definition: CapsulefileDefinition, files: readonly CapsulefileFileEntry[]): Record<string, unknown> {
+export function canonicalContent(
+  definition: CapsulefileDefinition,
+  files: readonly CapsulefileFileEntry[],
+): Record<string, unknown> {
   const def = parseDefinition(definition);
   checkFileEntries(files);
   const fields: Record<string, unknown> = {};

@@ -71,20 +71,23 @@ export function checkEgressEntry(entry: string): EgressEntryCheck {
   if (slash >= 0) {
     const addr = entry.slice(0, slash);
     const prefixText = entry.slice(slash + 1);
-    if (!/^(0|[1-9][0-9]{0,2})$/.test(prefixText)) return { ok: false, why: 'CIDR prefix length must be a decimal number' };
+    if (!/^(0|[1-9][0-9]{0,2})$/.test(prefixText))
+      return { ok: false, why: 'CIDR prefix length must be a decimal number' };
     const prefix = Number(prefixText);
     if (isIPv4(addr)) {
       if (prefix > 32) return { ok: false, why: 'IPv4 CIDR prefix length must be 0 to 32' };
       const hostBits = 32 - prefix;
       const v = ipv4ToInt(addr);
-      if (hostBits > 0 && v % 2 ** hostBits !== 0) return { ok: false, why: 'CIDR has host bits set; use the network address' };
+      if (hostBits > 0 && v % 2 ** hostBits !== 0)
+        return { ok: false, why: 'CIDR has host bits set; use the network address' };
       return { ok: true, kind: 'cidr_v4' };
     }
     if (isIPv6(addr)) {
       if (prefix > 128) return { ok: false, why: 'IPv6 CIDR prefix length must be 0 to 128' };
       const hostBits = BigInt(128 - prefix);
       const v = parseIPv6(addr) ?? 0n;
-      if ((v & ((1n << hostBits) - 1n)) !== 0n) return { ok: false, why: 'CIDR has host bits set; use the network address' };
+      if ((v & ((1n << hostBits) - 1n)) !== 0n)
+        return { ok: false, why: 'CIDR has host bits set; use the network address' };
       return { ok: true, kind: 'cidr_v6' };
     }
     return { ok: false, why: 'CIDR must be an IPv4 or IPv6 address, "/", and a prefix length' };

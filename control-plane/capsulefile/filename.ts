@@ -12,9 +12,11 @@ export function filenameProblem(name: string): string | null {
   if (name.length === 0) return 'must not be empty';
   if (name.length > FILENAME_MAX_CHARS) return `must be at most ${FILENAME_MAX_CHARS} characters`;
   if (name.includes('\0')) return 'must not contain NUL';
-  if (name === '.' || name === '..' || name.split(/[/\\]/).some((seg) => seg === '..' || seg === '.')) return 'must not be or contain "." or ".." (path traversal)';
+  if (name === '.' || name === '..' || name.split(/[/\\]/).some((seg) => seg === '..' || seg === '.'))
+    return 'must not be or contain "." or ".." (path traversal)';
   if (name.startsWith('/')) return 'must be a plain file name, not an absolute path';
-  if (name.includes('/') || name.includes('\\')) return 'must be a plain file name without "/" or "\\" (no directories)';
+  if (name.includes('/') || name.includes('\\'))
+    return 'must be a plain file name without "/" or "\\" (no directories)';
   if (!NAME.test(name)) return 'may contain only letters, digits, ".", "_" and "-"';
   return null;
 }

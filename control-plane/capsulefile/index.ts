@@ -15,5 +15,22 @@ export {
   type CapsulefileDefinition,
 } from './schema.js';
 export { CAPSULEFILE_YAML, parseCapsulefileYaml, yamlError, type CapsulefileSource } from './yaml.js';
-export { CONTENT_HASH_FORMAT, canonicalContent, checkFileEntries, contentHash, sha512Hex, type CapsulefileFileEntry } from './content-hash.js';
-export { SYSTEM_OWNER, type Capsulefile, type CapsulefileStatus, type CapsulefilePage, type CapsulefileFileBytes, type CapsulefileStore, type FinalizeFn, type DeleteOutcome, type BaseImage } from './records.js';
+export {
+  CONTENT_HASH_FORMAT,
+  canonicalContent,
+  checkFileEntries,
+  contentHash,
+  sha512Hex,
+  type CapsulefileFileEntry,
+} from './content-hash.js';
+export {
+  SYSTEM_OWNER,
+  type Capsulefile,
+  type CapsulefileStatus,
+  type CapsulefilePage,
+  type CapsulefileFileBytes,
+  type CapsulefileStore,
+  type FinalizeFn,
+  type DeleteOutcome,
+  type BaseImage,
+} from './records.js';

@@ -22,13 +22,23 @@ export interface Capsulefile {
   created_at: string;
 }
 
-export interface CapsulefilePage { items: Capsulefile[]; next_cursor: string | null }
+export interface CapsulefilePage {
+  items: Capsulefile[];
+  next_cursor: string | null;
+}
 
-export interface CapsulefileFileBytes extends CapsulefileFileEntry { bytes: Uint8Array }
+export interface CapsulefileFileBytes extends CapsulefileFileEntry {
+  bytes: Uint8Array;
+}
 
 /** What finalize computes from the locked draft (pure; runs inside the store's transaction). */
-export type FinalizeFn = (definition: CapsulefileDefinition, files: readonly CapsulefileFileEntry[]) => {
-  content_hash: string; size_bytes: number; file_count: number;
+export type FinalizeFn = (
+  definition: CapsulefileDefinition,
+  files: readonly CapsulefileFileEntry[],
+) => {
+  content_hash: string;
+  size_bytes: number;
+  file_count: number;
 };
 
 export type DeleteOutcome = 'deleted' | 'missing' | 'in_use';
@@ -50,7 +60,11 @@ export interface CapsulefileStore {
    * draft check; 'not_draft' when finalize won the race; 'limit' when the file
    * count or total size would pass the bounds.
    */
-  putFile(id: string, file: CapsulefileFileBytes, bounds: { maxFiles: number; maxTotalBytes: number }): Promise<'ok' | 'not_draft' | 'limit'>;
+  putFile(
+    id: string,
+    file: CapsulefileFileBytes,
+    bounds: { maxFiles: number; maxTotalBytes: number },
+  ): Promise<'ok' | 'not_draft' | 'limit'>;
   files(id: string): Promise<CapsulefileFileEntry[]>;
   filesWithBytes(id: string): Promise<CapsulefileFileBytes[]>;
   /** draft -> finalized in one transaction: the row is locked, then `compute` sees exactly the final file set. */

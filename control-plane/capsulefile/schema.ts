@@ -24,7 +24,13 @@ const egressEntry = z.string().superRefine((s, ctx) => {
 });
 
 const toolList = z
-  .array(z.string().min(1).max(L.MCP_TOOL_NAME_MAX_CHARS).regex(TOOL_NAME, 'tool names may contain letters, digits, "_", ".", ":", "/", "-"'))
+  .array(
+    z
+      .string()
+      .min(1)
+      .max(L.MCP_TOOL_NAME_MAX_CHARS)
+      .regex(TOOL_NAME, 'tool names may contain letters, digits, "_", ".", ":", "/", "-"'),
+  )
   .max(L.MCP_TOOLS_MAX)
   .refine(uniq, 'must not list a tool twice');
 
@@ -32,11 +38,15 @@ export const mcpPolicySchema = z
   .strictObject({ allowed_tools: toolList.optional(), prohibited_tools: toolList.optional() })
   .superRefine((p, ctx) => {
     if (p.allowed_tools === undefined && p.prohibited_tools === undefined) {
-      ctx.addIssue({ code: 'custom', message: 'must declare allowed_tools, prohibited_tools or both (omit mcp_policy for no tool policy)' });
+      ctx.addIssue({
+        code: 'custom',
+        message: 'must declare allowed_tools, prohibited_tools or both (omit mcp_policy for no tool policy)',
+      });
     }
     const allowed = new Set(p.allowed_tools ?? []);
     const both = (p.prohibited_tools ?? []).find((t) => allowed.has(t));
-    if (both !== undefined) ctx.addIssue({ code: 'custom', path: ['prohibited_tools'], message: `"${both}" is both allowed and prohibited` });
+    if (both !== undefined)
+      ctx.addIssue({ code: 'custom', path: ['prohibited_tools'], message: `"${both}" is both allowed and prohibited` });
   });
 
 const hostname = z.string().refine((s) => {
@@ -46,7 +56,14 @@ const hostname = z.string().refine((s) => {
 
 /** API-only; shape-validated and hashed, NOT enforced (SPEC item 10). */
 export const tlsPinnedCertsSchema = z
-  .array(z.strictObject({ host: hostname, cert_sha256: z.string().regex(/^[0-9a-f]{64}$/, 'must be 64 lower-case hex digits (SHA-256 of the DER certificate)') }))
+  .array(
+    z.strictObject({
+      host: hostname,
+      cert_sha256: z
+        .string()
+        .regex(/^[0-9a-f]{64}$/, 'must be 64 lower-case hex digits (SHA-256 of the DER certificate)'),
+    }),
+  )
   .max(L.TLS_PINS_MAX);
 
 /** Shape only: the customer-hosted signing service is not called by this build. */
@@ -66,14 +83,21 @@ export const signingConfigSchema = z.strictObject({
 
 const envVars = z
   .record(
-    z.string().max(L.ENV_NAME_MAX_CHARS).regex(ENV_NAME, 'environment variable names are letters, digits and "_", not starting with a digit'),
-    z.string().refine((s) => utf8Bytes(s) <= L.ENV_VALUE_MAX_BYTES, `value must be at most ${L.ENV_VALUE_MAX_BYTES} bytes`).refine(noNul, 'value must not contain NUL'),
+    z
+      .string()
+      .max(L.ENV_NAME_MAX_CHARS)
+      .regex(ENV_NAME, 'environment variable names are letters, digits and "_", not starting with a digit'),
+    z
+      .string()
+      .refine((s) => utf8Bytes(s) <= L.ENV_VALUE_MAX_BYTES, `value must be at most ${L.ENV_VALUE_MAX_BYTES} bytes`)
+      .refine(noNul, 'value must not contain NUL'),
   )
   .superRefine((env, ctx) => {
     const keys = Object.keys(env);
     if (keys.length > L.ENV_VARS_MAX) ctx.addIssue({ code: 'custom', message: `at most ${L.ENV_VARS_MAX} variables` });
     const total = keys.reduce((n, k) => n + utf8Bytes(k) + utf8Bytes(env[k] ?? ''), 0);
-    if (total > L.ENV_TOTAL_MAX_BYTES) ctx.addIssue({ code: 'custom', message: `names and values must total at most ${L.ENV_TOTAL_MAX_BYTES} bytes` });
+    if (total > L.ENV_TOTAL_MAX_BYTES)
+      ctx.addIssue({ code: 'custom', message: `names and values must total at most ${L.ENV_TOTAL_MAX_BYTES} bytes` });
   });
 
 const packages = z.partialRecord(
@@ -91,7 +115,10 @@ const baseFields = {
     .string()
     .min(1)
     .max(L.NAME_MAX_CHARS)
-    .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'may contain letters, digits, ".", "_", "-", starting with a letter or digit'),
+    .regex(
+      /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
+      'may contain letters, digits, ".", "_", "-", starting with a letter or digit',
+    ),
   runtime: z
     .string()
     .min(1)
@@ -104,7 +131,11 @@ const baseFields = {
     .refine(noNul, 'must not contain NUL')
     .refine((s) => s.trim() !== '', 'must not be blank'),
   data_classification: z.enum(DATA_CLASSIFICATIONS).optional(),
-  egress_declaration: z.array(egressEntry).max(L.EGRESS_ENTRIES_MAX).refine(uniq, 'must not list an entry twice').optional(),
+  egress_declaration: z
+    .array(egressEntry)
+    .max(L.EGRESS_ENTRIES_MAX)
+    .refine(uniq, 'must not list an entry twice')
+    .optional(),
   default_ttl: z.number().int().min(L.DEFAULT_TTL_MIN_SECONDS).max(L.DEFAULT_TTL_MAX_SECONDS).optional(),
   memory_mb: z.number().int().min(L.MEMORY_MB_MIN).max(L.MEMORY_MB_MAX).optional(),
   env_vars: envVars.optional(),
@@ -128,8 +159,19 @@ export const yamlDefinitionSchema = z.strictObject(baseFields);
 
 /** Every field of a definition, in the order documented (also the content hash's field set). */
 export const DEFINITION_FIELDS = [
-  'name', 'runtime', 'entrypoint', 'data_classification', 'egress_declaration', 'default_ttl', 'memory_mb',
-  'env_vars', 'packages', 'mcp_policy', 'tls_pinned_certs', 'tls_ocsp_check', 'signing_config',
+  'name',
+  'runtime',
+  'entrypoint',
+  'data_classification',
+  'egress_declaration',
+  'default_ttl',
+  'memory_mb',
+  'env_vars',
+  'packages',
+  'mcp_policy',
+  'tls_pinned_certs',
+  'tls_ocsp_check',
+  'signing_config',
 ] as const satisfies readonly (keyof CapsulefileDefinition)[];
 
 export type SchemaProblem = { path: (string | number)[]; why: string };
@@ -151,7 +193,8 @@ export function firstProblem(error: z.ZodError, input: unknown): SchemaProblem {
   const path = issue.path.filter((p): p is string | number => typeof p !== 'symbol');
   if (issue.code === 'unrecognized_keys') {
     const key = issue.keys[0] ?? '?';
-    if (path.length === 1 && path[0] === 'packages') return { path: [...path, key], why: `unknown package ecosystem; use ${PACKAGE_ECOSYSTEMS.join(', ')}` };
+    if (path.length === 1 && path[0] === 'packages')
+      return { path: [...path, key], why: `unknown package ecosystem; use ${PACKAGE_ECOSYSTEMS.join(', ')}` };
     return { path: [...path, key], why: 'unknown field' };
   }
   if (issue.code === 'invalid_type' && valueAt(input, path) === undefined) return { path, why: 'is required' };
@@ -159,7 +202,8 @@ export function firstProblem(error: z.ZodError, input: unknown): SchemaProblem {
   return { path, why: issue.message };
 }
 
-export const fieldName = (path: readonly (string | number)[], root = 'body'): string => (path.length ? path.map(String).join('.') : root);
+export const fieldName = (path: readonly (string | number)[], root = 'body'): string =>
+  path.length ? path.map(String).join('.') : root;
 
 /** Path of the first string (value or key) holding a lone surrogate, which UTF-8 and I-JSON cannot carry; null if none. */
 export function loneSurrogatePath(value: unknown, path: (string | number)[] = []): (string | number)[] | null {
@@ -200,7 +244,8 @@ const REQUIRED_FIELDS: readonly string[] = ['name', 'runtime', 'entrypoint'];
  * current value, `null` removes an optional field; the result is validated in full.
  */
 export function mergePatch(current: CapsulefileDefinition, patch: unknown): CapsulefileDefinition {
-  if (patch === null || typeof patch !== 'object' || Array.isArray(patch)) throw invalid('body', 'must be a JSON object');
+  if (patch === null || typeof patch !== 'object' || Array.isArray(patch))
+    throw invalid('body', 'must be a JSON object');
   const merged: Record<string, unknown> = { ...current };
   for (const [k, v] of Object.entries(patch as Record<string, unknown>)) {
     if (!(DEFINITION_FIELDS as readonly string[]).includes(k)) throw invalid(k, 'unknown field');

@@ -7,7 +7,15 @@ import { LineCounter, isAlias, isMap, isPair, isScalar, isSeq, parseDocument, ty
 import { ApiError } from '../../shared/errors.js';
 import { filenameProblem } from './filename.js';
 import { FILES_MAX, YAML_MAX_BYTES } from './limits.js';
-import { API_ONLY_FIELDS, NOT_WELL_FORMED, fieldName, firstProblem, loneSurrogatePath, yamlDefinitionSchema, type CapsulefileDefinition } from './schema.js';
+import {
+  API_ONLY_FIELDS,
+  NOT_WELL_FORMED,
+  fieldName,
+  firstProblem,
+  loneSurrogatePath,
+  yamlDefinitionSchema,
+  type CapsulefileDefinition,
+} from './schema.js';
 
 export const CAPSULEFILE_YAML = 'Capsulefile.yaml';
 const MAX_DEPTH = 16;
@@ -65,10 +73,19 @@ export function parseCapsulefileYaml(bytes: Uint8Array, source = CAPSULEFILE_YAM
   if (text.trim() === '') throw yamlError(null, null, 'is empty', source);
 
   const lineCounter = new LineCounter();
-  const lineAt = (offset: number | undefined): number | null => (offset === undefined ? null : lineCounter.linePos(offset).line);
+  const lineAt = (offset: number | undefined): number | null =>
+    offset === undefined ? null : lineCounter.linePos(offset).line;
   let doc: Document.Parsed;
   try {
-    doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: false, version: '1.2', schema: 'core', merge: false, strict: true });
+    doc = parseDocument(text, {
+      lineCounter,
+      prettyErrors: false,
+      uniqueKeys: false,
+      version: '1.2',
+      schema: 'core',
+      merge: false,
+      strict: true,
+    });
   } catch {
     throw yamlError(null, null, 'could not be parsed as YAML (too deeply nested?)', source);
   }
@@ -78,33 +95,58 @@ export function parseCapsulefileYaml(bytes: Uint8Array, source = CAPSULEFILE_YAM
     // The parser's own message may quote the source; keep only its first sentence.
     const first = problem.message.split('\n')[0]?.replace(/ at line \d+, column \d+.*$/, '') ?? problem.code;
     const why =
-      problem.code === 'MULTIPLE_DOCS' ? 'must hold a single YAML document'
-      : /call stack/i.test(first) ? 'nested too deeply'
-      : `YAML syntax error (${first})`;
+      problem.code === 'MULTIPLE_DOCS'
+        ? 'must hold a single YAML document'
+        : /call stack/i.test(first)
+          ? 'nested too deeply'
+          : `YAML syntax error (${first})`;
     throw yamlError(lineAt(problem.pos[0]), null, why, source);
   }
 
   const root = doc.contents;
-  if (!isMap(root)) throw yamlError(lineAt(root?.range?.[0]), null, 'the top level must be a mapping of field names to values', source);
+  if (!isMap(root))
+    throw yamlError(lineAt(root?.range?.[0]), null, 'the top level must be a mapping of field names to values', source);
 
   // Structural walk: no aliases, anchors, tags or non-string keys; no duplicate keys; bounded depth.
   const walk = (node: unknown, path: (string | number)[]): void => {
-    if (path.length > MAX_DEPTH) throw yamlError(lineAt((node as Node | null)?.range?.[0]), fieldName(path, source), 'nested too deeply', source);
-    if (isAlias(node)) throw yamlError(lineAt(node.range?.[0]), fieldName(path, source), 'YAML aliases (*name) are not allowed', source);
+    if (path.length > MAX_DEPTH)
+      throw yamlError(lineAt((node as Node | null)?.range?.[0]), fieldName(path, source), 'nested too deeply', source);
+    if (isAlias(node))
+      throw yamlError(lineAt(node.range?.[0]), fieldName(path, source), 'YAML aliases (*name) are not allowed', source);
     if (!isMap(node) && !isSeq(node) && !isScalar(node)) return; // null value of an empty key
-    if (node.anchor) throw yamlError(lineAt(node.range?.[0]), fieldName(path, source), 'YAML anchors (&name) are not allowed', source);
-    if (node.tag) throw yamlError(lineAt(node.range?.[0]), fieldName(path, source), 'YAML tags (!tag) are not allowed', source);
+    if (node.anchor)
+      throw yamlError(lineAt(node.range?.[0]), fieldName(path, source), 'YAML anchors (&name) are not allowed', source);
+    if (node.tag)
+      throw yamlError(lineAt(node.range?.[0]), fieldName(path, source), 'YAML tags (!tag) are not allowed', source);
     if (isMap(node)) {
       const seen = new Set<string>();
       for (const pair of node.items) {
         if (!isPair(pair)) continue;
         const key = pair.key;
-        if (isAlias(key)) throw yamlError(lineAt(key.range?.[0]), fieldName(path, source), 'YAML aliases (*name) are not allowed', source);
+        if (isAlias(key))
+          throw yamlError(
+            lineAt(key.range?.[0]),
+            fieldName(path, source),
+            'YAML aliases (*name) are not allowed',
+            source,
+          );
         if (!isScalar(key) || typeof key.value !== 'string') {
-          throw yamlError(lineAt((key as Node | null)?.range?.[0]), fieldName(path, source), 'keys must be plain strings', source);
+          throw yamlError(
+            lineAt((key as Node | null)?.range?.[0]),
+            fieldName(path, source),
+            'keys must be plain strings',
+            source,
+          );
         }
-        if (key.anchor || key.tag) throw yamlError(lineAt(key.range?.[0]), fieldName([...path, key.value], source), 'anchors and tags are not allowed', source);
-        if (seen.has(key.value)) throw yamlError(lineAt(key.range?.[0]), fieldName([...path, key.value], source), 'duplicate key', source);
+        if (key.anchor || key.tag)
+          throw yamlError(
+            lineAt(key.range?.[0]),
+            fieldName([...path, key.value], source),
+            'anchors and tags are not allowed',
+            source,
+          );
+        if (seen.has(key.value))
+          throw yamlError(lineAt(key.range?.[0]), fieldName([...path, key.value], source), 'duplicate key', source);
         seen.add(key.value);
         walk(pair.value, [...path, key.value]);
       }
@@ -135,7 +177,13 @@ export function parseCapsulefileYaml(bytes: Uint8Array, source = CAPSULEFILE_YAM
   };
 
   for (const f of API_ONLY_FIELDS) {
-    if (root.has(f)) throw yamlError(lineOf([f], true), f, 'is declarable through the API only (POST /v1/capsulefiles), not in Capsulefile.yaml', source);
+    if (root.has(f))
+      throw yamlError(
+        lineOf([f], true),
+        f,
+        'is declarable through the API only (POST /v1/capsulefiles), not in Capsulefile.yaml',
+        source,
+      );
   }
 
   const value = doc.toJS({ maxAliasCount: 0 }) as Record<string, unknown>;
@@ -143,11 +191,13 @@ export function parseCapsulefileYaml(bytes: Uint8Array, source = CAPSULEFILE_YAM
 
   const files: string[] = [];
   if (rawFiles !== undefined && rawFiles !== null) {
-    if (!Array.isArray(rawFiles)) throw yamlError(lineOf(['files']), 'files', 'must be a list of relative file paths', source);
+    if (!Array.isArray(rawFiles))
+      throw yamlError(lineOf(['files']), 'files', 'must be a list of relative file paths', source);
     if (rawFiles.length > FILES_MAX) throw yamlError(lineOf(['files']), 'files', `at most ${FILES_MAX} files`, source);
     const seen = new Set<string>();
     rawFiles.forEach((f: unknown, i: number) => {
-      if (typeof f !== 'string') throw yamlError(lineOf(['files', i]), `files.${i}`, 'must be a file path string', source);
+      if (typeof f !== 'string')
+        throw yamlError(lineOf(['files', i]), `files.${i}`, 'must be a file path string', source);
       const why = filenameProblem(f);
       if (why !== null) throw yamlError(lineOf(['files', i]), `files.${i}`, why, source);
       if (seen.has(f)) throw yamlError(lineOf(['files', i]), `files.${i}`, `"${f}" is listed twice`, source);

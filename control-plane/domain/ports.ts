@@ -1,7 +1,17 @@
 // Service-facing ports: what the services need of storage, time and randomness.
 // Adapters (store/, http/) implement or consume these; domain has no I/O.
 import type {
-  Account, Capsule, CapsuleStatus, EgressProfile, EgressRule, EgressRuleKind, IdempotentResponse, KeyRecord, Limits, StoredProof, Tier,
+  Account,
+  Capsule,
+  CapsuleStatus,
+  EgressProfile,
+  EgressRule,
+  EgressRuleKind,
+  IdempotentResponse,
+  KeyRecord,
+  Limits,
+  StoredProof,
+  Tier,
 } from './types.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 
@@ -30,9 +40,7 @@ export type InsertCapsuleOutcome = 'ok' | 'capsulefile_gone' | 'egress_profile_g
 export type ReserveOutcome = 'ok' | 'capsules_per_month' | 'concurrent_capsules' | 'cdp_limit';
 
 export type IdempotencyClaim =
-  | { state: 'claimed' }
-  | { state: 'done'; response: IdempotentResponse; request_hash: string }
-  | { state: 'pending' };
+  { state: 'claimed' } | { state: 'done'; response: IdempotentResponse; request_hash: string } | { state: 'pending' };
 
 export interface Destruction {
   capsule: Capsule;
@@ -44,7 +52,13 @@ export interface Destruction {
 }
 
 export interface ContactMessage {
-  id: string; email: string; name: string | null; company: string | null; message: string; source: string | null; created_at: string;
+  id: string;
+  email: string;
+  name: string | null;
+  company: string | null;
+  message: string;
+  source: string | null;
+  created_at: string;
 }
 
 export interface ActivitySide {
@@ -54,7 +68,10 @@ export interface ActivitySide {
   move?: { from: readonly CapsuleStatus[]; to: CapsuleStatus };
 }
 
-export interface CapsulePage { items: Capsule[]; next_cursor: string | null }
+export interface CapsulePage {
+  items: Capsule[];
+  next_cursor: string | null;
+}
 
 export interface Store {
   ping(): Promise<void>;
@@ -85,7 +102,10 @@ export interface Store {
    * profile) and inserts nothing when one is gone: a DELETE of either is
    * ordered before or after the insert, never beside it.
    */
-  insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<InsertCapsuleOutcome>;
+  insertCapsule(
+    c: Capsule,
+    first: { type: string; at: string; fields: Record<string, unknown> },
+  ): Promise<InsertCapsuleOutcome>;
   getCapsule(id: string): Promise<Capsule | null>;
   listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage>;
   /** Compare-and-set on status; true when the row moved. */
@@ -99,7 +119,13 @@ export interface Store {
    * Appends the next event (seq from 1) and, in the same transaction, the
    * side effects that belong to it: usage counters and a status move.
    */
-  appendActivity(capsuleId: string, type: string, at: string, fields: Record<string, unknown>, side?: ActivitySide): Promise<ActivityEvent>;
+  appendActivity(
+    capsuleId: string,
+    type: string,
+    at: string,
+    fields: Record<string, unknown>,
+    side?: ActivitySide,
+  ): Promise<ActivityEvent>;
   activity(capsuleId: string): Promise<ActivityEvent[]>;
 
   // Proofs and keys
@@ -119,15 +145,27 @@ export interface Store {
   insertContact(c: ContactMessage): Promise<void>;
 
   // Idempotency
-  claimIdempotency(customerId: string, key: string, requestHash: string, nowIso: string, notBeforeIso: string): Promise<IdempotencyClaim>;
+  claimIdempotency(
+    customerId: string,
+    key: string,
+    requestHash: string,
+    nowIso: string,
+    notBeforeIso: string,
+  ): Promise<IdempotencyClaim>;
   completeIdempotency(customerId: string, key: string, response: IdempotentResponse): Promise<void>;
   releaseIdempotency(customerId: string, key: string): Promise<void>;
 }
 
 // ---- Egress profiles (SPEC "Egress profiles") and the sealed egress layer
 
-export interface EgressProfilePage { items: EgressProfile[]; next_cursor: string | null }
-export interface EgressRulePage { items: EgressRule[]; next_cursor: string | null }
+export interface EgressProfilePage {
+  items: EgressProfile[];
+  next_cursor: string | null;
+}
+export interface EgressRulePage {
+  items: EgressRule[];
+  next_cursor: string | null;
+}
 export type ProfileDeleteOutcome = 'deleted' | 'missing' | 'in_use';
 
 /** Storage of egress profiles and rules. Unique violations come back as ApiError resource_conflict. */
@@ -148,7 +186,12 @@ export interface EgressProfileStore {
   insertRule(r: EgressRule, maxPerProfile: number): Promise<'ok' | 'missing' | 'limit'>;
   getRule(id: string): Promise<EgressRule | null>;
   /** Rules of one profile (profileId) or of the whole account (null), oldest first. */
-  listRules(customerId: string, profileId: string | null, limit: number, cursor: string | null): Promise<EgressRulePage>;
+  listRules(
+    customerId: string,
+    profileId: string | null,
+    limit: number,
+    cursor: string | null,
+  ): Promise<EgressRulePage>;
   /** Every rule of a profile, oldest first (capsule create). */
   allRules(profileId: string): Promise<EgressRule[]>;
   deleteRule(id: string): Promise<boolean>;
@@ -164,7 +207,11 @@ export interface EgressSpec {
 }
 
 /** An activity event from the egress layer, without `seq` (the trail assigns it). */
-export interface EgressActivity { type: string; at: string; [field: string]: unknown }
+export interface EgressActivity {
+  type: string;
+  at: string;
+  [field: string]: unknown;
+}
 
 export interface RunningEgress {
   /** Unix socket the runner bridges into the capsule's network namespace. */

@@ -33,7 +33,8 @@ export function parseBody<T>(schema: z.ZodType<T>, value: unknown, root = 'body'
   }
   const field = issue.path.length ? issue.path.map(String).join('.') : root;
   let at: unknown = value;
-  for (const k of issue.path) at = at !== null && typeof at === 'object' ? (at as Record<PropertyKey, unknown>)[k as PropertyKey] : undefined;
+  for (const k of issue.path)
+    at = at !== null && typeof at === 'object' ? (at as Record<PropertyKey, unknown>)[k as PropertyKey] : undefined;
   if (at === undefined) throw invalid(field, 'is required');
   throw invalid(field, issue.message);
 }
@@ -41,12 +42,20 @@ export function parseBody<T>(schema: z.ZodType<T>, value: unknown, root = 'body'
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
 
 export const signupSchema = z.strictObject({
-  email: z.string().trim().max(254).regex(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, 'must be an email address'),
+  email: z
+    .string()
+    .trim()
+    .max(254)
+    .regex(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, 'must be an email address'),
   jurisdiction: z.enum(JURISDICTIONS),
 });
 
 export const contactSchema = z.strictObject({
-  email: z.string().trim().max(254).regex(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, 'must be an email address'),
+  email: z
+    .string()
+    .trim()
+    .max(254)
+    .regex(/^[^\s@]+@[^\s@]+\.[^\s@]+$/, 'must be an email address'),
   name: z.string().max(200).optional(),
   company: z.string().max(200).optional(),
   message: z.string().min(1).max(5000),
@@ -61,7 +70,12 @@ export const createCapsuleSchema = z.strictObject({
   capsulefile_id: z.string().min(1).max(128).optional(),
   egress_profile_id: z.string().min(1).max(128).optional(),
   // Passed through unchanged (z.record would rebuild it and drop a "__proto__" key); checked by validateMetadata.
-  metadata: z.custom<Record<string, unknown>>((v) => v !== null && typeof v === 'object' && !Array.isArray(v), 'must be an object of string values').optional(),
+  metadata: z
+    .custom<Record<string, unknown>>(
+      (v) => v !== null && typeof v === 'object' && !Array.isArray(v),
+      'must be an object of string values',
+    )
+    .optional(),
 });
 export type CreateCapsuleBody = z.infer<typeof createCapsuleSchema>;
 
@@ -75,8 +89,14 @@ export const execSchema = z.strictObject({
   command: z.string().min(1).optional(),
   input_data: z.string().optional(),
   // Checked here too (the runner is the authority) so a refused exec leaves no ExecutionStarted behind.
-  input_filename: z.string().regex(INPUT_PATH_RE, 'must be /data/input/<name>, /data/output/<name> or /tmp/<name>').refine(
-    (p) => !/\/\.{1,2}$/.test(p) && Buffer.byteLength(p.slice(p.lastIndexOf('/') + 1)) <= 255, 'must name a plain file').optional(),
+  input_filename: z
+    .string()
+    .regex(INPUT_PATH_RE, 'must be /data/input/<name>, /data/output/<name> or /tmp/<name>')
+    .refine(
+      (p) => !/\/\.{1,2}$/.test(p) && Buffer.byteLength(p.slice(p.lastIndexOf('/') + 1)) <= 255,
+      'must name a plain file',
+    )
+    .optional(),
   timeout: int(1, 365 * 24 * 3600).optional(),
 });
 export type ExecBody = z.infer<typeof execSchema>;
@@ -92,10 +112,16 @@ export const verifySchema = z.strictObject({ cdp: z.unknown() });
 /** Size limits that answer 413 rather than 400 (SPEC: 413 for command / input_data). */
 export function checkExecSizes(body: { command: string; input_data?: string | undefined }): void {
   if (utf8Bytes(body.command) > COMMAND_MAX_BYTES) {
-    throw new ApiError('payload_too_large', `command: exceeds ${COMMAND_MAX_BYTES} bytes`, { extra: { field: 'command' } });
+    throw new ApiError('payload_too_large', `command: exceeds ${COMMAND_MAX_BYTES} bytes`, {
+      extra: { field: 'command' },
+    });
   }
   if (body.input_data !== undefined && utf8Bytes(body.input_data) > INPUT_DATA_MAX_BYTES) {
-    throw new ApiError('payload_too_large', `input_data: exceeds ${INPUT_DATA_MAX_BYTES} bytes; use the upload endpoint`, { extra: { field: 'input_data' } });
+    throw new ApiError(
+      'payload_too_large',
+      `input_data: exceeds ${INPUT_DATA_MAX_BYTES} bytes; use the upload endpoint`,
+      { extra: { field: 'input_data' } },
+    );
   }
 }
 
@@ -108,14 +134,18 @@ export function validateMetadata(raw: Record<string, unknown> | undefined): Reco
   for (const k of keys) {
     const v = raw[k];
     if (k.length === 0) throw invalid('metadata', 'keys must not be empty');
-    if (chars(k) > METADATA_KEY_MAX_CHARS) throw invalid(`metadata.${k.slice(0, 64)}`, `key longer than ${METADATA_KEY_MAX_CHARS} characters`);
-    if (k.toLowerCase().startsWith(RESERVED_METADATA_PREFIX)) throw invalid(`metadata.${k}`, `the "${RESERVED_METADATA_PREFIX}" key prefix is reserved`);
+    if (chars(k) > METADATA_KEY_MAX_CHARS)
+      throw invalid(`metadata.${k.slice(0, 64)}`, `key longer than ${METADATA_KEY_MAX_CHARS} characters`);
+    if (k.toLowerCase().startsWith(RESERVED_METADATA_PREFIX))
+      throw invalid(`metadata.${k}`, `the "${RESERVED_METADATA_PREFIX}" key prefix is reserved`);
     if (typeof v !== 'string') throw invalid(`metadata.${k}`, 'value must be a string');
-    if (chars(v) > METADATA_VALUE_MAX_CHARS) throw invalid(`metadata.${k}`, `value longer than ${METADATA_VALUE_MAX_CHARS} characters`);
+    if (chars(v) > METADATA_VALUE_MAX_CHARS)
+      throw invalid(`metadata.${k}`, `value longer than ${METADATA_VALUE_MAX_CHARS} characters`);
     entries.push([k, v]);
   }
   // fromEntries defines own properties: a key such as "__proto__" stays plain data.
   const out: Record<string, string> = Object.fromEntries(entries);
-  if (utf8Bytes(JSON.stringify(out)) > METADATA_MAX_BYTES) throw invalid('metadata', `exceeds ${METADATA_MAX_BYTES} bytes in total`);
+  if (utf8Bytes(JSON.stringify(out)) > METADATA_MAX_BYTES)
+    throw invalid('metadata', `exceeds ${METADATA_MAX_BYTES} bytes in total`);
   return out;
 }

@@ -4,10 +4,24 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
-  checkDeclarationEntry, checkMcpPolicy, checkRule, startEgressProxy,
-  type EgressEvent, type EgressLimits, type EgressRefusal, type McpPolicy, type Resolver, type Rule,
+  checkDeclarationEntry,
+  checkMcpPolicy,
+  checkRule,
+  startEgressProxy,
+  type EgressEvent,
+  type EgressLimits,
+  type EgressRefusal,
+  type McpPolicy,
+  type Resolver,
+  type Rule,
 } from '../../egress-proxy/index.js';
-import { EgressConfigError, type EgressActivity, type EgressLauncher, type EgressSpec, type RunningEgress } from '../domain/index.js';
+import {
+  EgressConfigError,
+  type EgressActivity,
+  type EgressLauncher,
+  type EgressSpec,
+  type RunningEgress,
+} from '../domain/index.js';
 
 export interface ProxyEgressOptions {
   /** Directory for the per-capsule sockets (created 0700). */
@@ -33,7 +47,8 @@ export class ProxyEgress implements EgressLauncher {
     // Validate with the proxy's own checkers first, so a bad stored value becomes a 400 naming the field.
     const rules: Rule[] = spec.rules.map((r, i) => {
       const c = checkRule(r);
-      if (!c.ok) throw new EgressConfigError(`egress_profile_id: rule ${i + 1} cannot be enforced (${c.problem.message})`);
+      if (!c.ok)
+        throw new EgressConfigError(`egress_profile_id: rule ${i + 1} cannot be enforced (${c.problem.message})`);
       return c.value;
     });
     spec.declaration.forEach((d, i) => {
@@ -59,11 +74,18 @@ export class ProxyEgress implements EgressLauncher {
       onRefusal: (r) => this.o.onRefusal?.(spec.capsuleId, r),
     });
     const socketPath = proxy.socketPath;
-    if (socketPath === undefined) { await proxy.stop(); throw new Error('egress proxy started without a socket'); }
+    if (socketPath === undefined) {
+      await proxy.stop();
+      throw new Error('egress proxy started without a socket');
+    }
     return {
       proxySocket: socketPath,
       caPem: proxy.caPem,
-      stop: async () => ({ ...(await proxy.stop()), dropped_event_callback_errors: proxy.droppedCallbackErrors }) as unknown as Record<string, unknown>,
+      stop: async () =>
+        ({ ...(await proxy.stop()), dropped_event_callback_errors: proxy.droppedCallbackErrors }) as unknown as Record<
+          string,
+          unknown
+        >,
     };
   }
 }

@@ -26,10 +26,16 @@ export async function readJson(ctx: Context, limit: number): Promise<unknown> {
   const raw = await readBounded(ctx, limit, 'body');
   if (raw.length === 0) return {};
   const type = ctx.get('content-type');
-  if (type && !/^application\/([\w.+-]+\+)?json\b/i.test(type)) throw invalid('Content-Type', 'must be application/json');
+  if (type && !/^application\/([\w.+-]+\+)?json\b/i.test(type))
+    throw invalid('Content-Type', 'must be application/json');
   let value: unknown;
-  try { value = JSON.parse(raw.toString('utf8')); } catch { throw invalid('body', 'malformed JSON'); }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw invalid('body', 'must be a JSON object');
+  try {
+    value = JSON.parse(raw.toString('utf8'));
+  } catch {
+    throw invalid('body', 'malformed JSON');
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw invalid('body', 'must be a JSON object');
   return value;
 }
 

@@ -23,17 +23,28 @@ export const ERROR_TABLE: Record<ErrorCode, { status: number; type: string }> = 
 /** Envelope members an ApiError may add (SPEC: retry_after, reason, 422 extras, degradation_mode). */
 const EXTRA_ALLOWED = new Set(['retry_after', 'reason', 'input_hash', 'secret_id', 'degradation_mode']);
 
-export interface Rendered { status: number; body: { error: Record<string, unknown> }; retryAfter: number | null }
+export interface Rendered {
+  status: number;
+  body: { error: Record<string, unknown> };
+  retryAfter: number | null;
+}
 
 /** Converts anything thrown into the SPEC envelope; unknown errors become a bare 500. */
 export function renderError(err: unknown, requestId: string, docsUrl: string): Rendered {
   const e = err instanceof ApiError ? err : new ApiError('internal_error', 'internal error', { cause: err });
   const row = ERROR_TABLE[e.code];
   const error: Record<string, unknown> = {
-    type: row.type, code: e.code, message: e.message, doc_url: `${docsUrl}/errors/${e.code}`, request_id: requestId,
+    type: row.type,
+    code: e.code,
+    message: e.message,
+    doc_url: `${docsUrl}/errors/${e.code}`,
+    request_id: requestId,
   };
   for (const [k, v] of Object.entries(e.extra)) if (EXTRA_ALLOWED.has(k)) error[k] = v;
   let retryAfter: number | null = typeof error.retry_after === 'number' ? error.retry_after : null;
-  if (e.code === 'service_unavailable' && retryAfter === null) { retryAfter = 5; error.retry_after = 5; }
+  if (e.code === 'service_unavailable' && retryAfter === null) {
+    retryAfter = 5;
+    error.retry_after = 5;
+  }
   return { status: row.status, body: { error }, retryAfter };
 }

@@ -24,12 +24,16 @@ export function requestContext(d: AppDeps): Mw {
     ctx.state.requestId = newId('req_', d.random);
     const trace = ctx.get('x-svc-trace-id');
     ctx.state.traceId = TRACE_RE.test(trace) ? trace : null;
-    ctx.state.log = d.logger.child({ request_id: ctx.state.requestId, ...(ctx.state.traceId ? { trace_id: ctx.state.traceId } : {}) });
+    ctx.state.log = d.logger.child({
+      request_id: ctx.state.requestId,
+      ...(ctx.state.traceId ? { trace_id: ctx.state.traceId } : {}),
+    });
     ctx.set('X-Svc-Request-Id', ctx.state.requestId);
     if (ctx.state.traceId) ctx.set('X-Svc-Trace-Id', ctx.state.traceId);
     try {
       await next();
-      if (ctx.status === 404 && ctx.body === undefined) throw new ApiError('resource_not_found', `no such endpoint: ${ctx.method} ${ctx.path}`);
+      if (ctx.status === 404 && ctx.body === undefined)
+        throw new ApiError('resource_not_found', `no such endpoint: ${ctx.method} ${ctx.path}`);
     } catch (err) {
       const r = renderError(err, ctx.state.requestId, d.options.docsUrl);
       // Stored replays carry their own request id; keep body and header equal.
@@ -38,10 +42,22 @@ export function requestContext(d: AppDeps): Mw {
       ctx.status = r.status;
       ctx.body = r.body;
       if (r.retryAfter !== null) ctx.set('Retry-After', String(r.retryAfter));
-      if (r.status >= 500) ctx.state.log.error({ err: err instanceof ApiError && err.cause !== undefined ? err.cause : err, code: r.body.error.code }, 'request failed');
+      if (r.status >= 500)
+        ctx.state.log.error(
+          { err: err instanceof ApiError && err.cause !== undefined ? err.cause : err, code: r.body.error.code },
+          'request failed',
+        );
     } finally {
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
-      ctx.state.log.info({ method: ctx.method, route: (ctx as { _matchedRoute?: string })._matchedRoute ?? null, status: ctx.status, ms: Math.round(ms * 10) / 10 }, 'request');
+      ctx.state.log.info(
+        {
+          method: ctx.method,
+          route: (ctx as { _matchedRoute?: string })._matchedRoute ?? null,
+          status: ctx.status,
+          ms: Math.round(ms * 10) / 10,
+        },
+        'request',
+      );
     }
   };
 }
@@ -50,7 +66,10 @@ export function ipLimit(d: AppDeps, name: string, perMinute: number): Mw {
   return async (ctx, next) => {
     if (d.options.rateLimits) {
       const wait = d.limiter.hit(`ip:${name}:${ctx.ip}`, perMinute);
-      if (wait > 0) throw new ApiError('rate_limited', `rate limit: ${perMinute} requests per minute per source IP`, { extra: { retry_after: wait } });
+      if (wait > 0)
+        throw new ApiError('rate_limited', `rate limit: ${perMinute} requests per minute per source IP`, {
+          extra: { retry_after: wait },
+        });
     }
     await next();
   };
@@ -68,7 +87,10 @@ export function auth(d: AppDeps): Mw {
     if (d.options.rateLimits) {
       const rpm = d.services.accounts.limits(c.account).rate_limit_rpm;
       const wait = d.limiter.hit(`cus:${c.account.customer_id}`, rpm);
-      if (wait > 0) throw new ApiError('rate_limited', `rate limit: ${rpm} requests per minute for this account`, { extra: { retry_after: wait } });
+      if (wait > 0)
+        throw new ApiError('rate_limited', `rate limit: ${rpm} requests per minute for this account`, {
+          extra: { retry_after: wait },
+        });
     }
     await next();
   };
@@ -84,17 +106,25 @@ export function idempotent(d: AppDeps): Mw {
   return async (ctx, next) => {
     const key = ctx.get('idempotency-key');
     if (!key) return next();
-    if (key.length > 255 || !/^[\x21-\x7e]+$/.test(key)) throw invalid('Idempotency-Key', 'at most 255 visible ASCII characters');
+    if (key.length > 255 || !/^[\x21-\x7e]+$/.test(key))
+      throw invalid('Idempotency-Key', 'at most 255 visible ASCII characters');
     const c = ctx.state.caller;
     if (!c) throw new Error('idempotent() mounted before auth');
     const body = await json(ctx);
-    const hash = createHash('sha256').update(`${ctx.method} ${ctx.path}\n${JSON.stringify(body)}`).digest('hex');
+    const hash = createHash('sha256')
+      .update(`${ctx.method} ${ctx.path}\n${JSON.stringify(body)}`)
+      .digest('hex');
     const customer = c.account.customer_id;
     const deadline = Date.now() + 10_000;
     for (;;) {
       const now = d.clock.nowMs();
-      const claim = await d.store.claimIdempotency(customer, key, hash,
-        new Date(now).toISOString(), new Date(now - IDEMPOTENCY_WINDOW_MS).toISOString());
+      const claim = await d.store.claimIdempotency(
+        customer,
+        key,
+        hash,
+        new Date(now).toISOString(),
+        new Date(now - IDEMPOTENCY_WINDOW_MS).toISOString(),
+      );
       if (claim.state === 'claimed') break;
       if (claim.state === 'done') {
         if (claim.request_hash !== hash) throw invalid('Idempotency-Key', 'already used with a different request');
@@ -104,12 +134,16 @@ export function idempotent(d: AppDeps): Mw {
         ctx.body = claim.response.body;
         return;
       }
-      if (Date.now() > deadline) throw new ApiError('resource_conflict', 'a request with this Idempotency-Key is still in progress');
+      if (Date.now() > deadline)
+        throw new ApiError('resource_conflict', 'a request with this Idempotency-Key is still in progress');
       await new Promise((r) => setTimeout(r, 50));
     }
     const store = async (status: number, bodyText: string): Promise<void> => {
       const headers: Record<string, string> = {};
-      for (const h of REPLAY_HEADERS) { const v = ctx.response.get(h); if (v) headers[h] = String(v); }
+      for (const h of REPLAY_HEADERS) {
+        const v = ctx.response.get(h);
+        if (v) headers[h] = String(v);
+      }
       await d.store.completeIdempotency(customer, key, { status, body: bodyText, headers });
     };
     try {
@@ -117,8 +151,10 @@ export function idempotent(d: AppDeps): Mw {
     } catch (err) {
       const r = renderError(err, ctx.state.requestId, d.options.docsUrl);
       // Only definite answers are replayed; 5xx and 429 may be retried for real.
-      if (r.status < 500 && r.status !== 429) { ctx.type = 'application/json'; await store(r.status, JSON.stringify(r.body)); }
-      else await d.store.releaseIdempotency(customer, key);
+      if (r.status < 500 && r.status !== 429) {
+        ctx.type = 'application/json';
+        await store(r.status, JSON.stringify(r.body));
+      } else await d.store.releaseIdempotency(customer, key);
       throw err;
     }
     if (ctx.status < 500 && ctx.status !== 429) await store(ctx.status, JSON.stringify(ctx.body));

@@ -2,7 +2,10 @@
 // control plane is one process per node. Returns seconds to wait, or 0.
 export class RateLimiter {
   private readonly windows = new Map<string, { start: number; count: number }>();
-  constructor(private readonly now: () => number, private readonly windowMs = 60_000) {}
+  constructor(
+    private readonly now: () => number,
+    private readonly windowMs = 60_000,
+  ) {}
 
   /** Counts one hit; returns retry-after seconds when over `limit`, else 0. */
   hit(key: string, limit: number): number {

@@ -12,7 +12,9 @@ export class ReconnectingRunner implements RunnerPort {
   constructor(private readonly connect: () => RunnerPort) {}
 
   /** Called when a call is about to use a fresh connection (not the first). */
-  onReconnect(cb: () => void): void { this.listeners.push(cb); }
+  onReconnect(cb: () => void): void {
+    this.listeners.push(cb);
+  }
 
   private current(): RunnerPort {
     if (this.closed) throw new RunnerError('unavailable', 'runner connection closed');
@@ -36,14 +38,30 @@ export class ReconnectingRunner implements RunnerPort {
     }
   }
 
-  hello() { return this.use((c) => c.hello()); }
-  create(req: Parameters<RunnerPort['create']>[0]) { return this.use((c) => c.create(req)); }
-  exec(req: Parameters<RunnerPort['exec']>[0]) { return this.use((c) => c.exec(req)); }
-  upload(id: string, filename: string, bytes: Uint8Array) { return this.use((c) => c.upload(id, filename, bytes)); }
-  listOutput(id: string) { return this.use((c) => c.listOutput(id)); }
-  readOutput(id: string, filename: string) { return this.use((c) => c.readOutput(id, filename)); }
-  destroy(id: string) { return this.use((c) => c.destroy(id)); }
-  list() { return this.use((c) => c.list()); }
+  hello() {
+    return this.use((c) => c.hello());
+  }
+  create(req: Parameters<RunnerPort['create']>[0]) {
+    return this.use((c) => c.create(req));
+  }
+  exec(req: Parameters<RunnerPort['exec']>[0]) {
+    return this.use((c) => c.exec(req));
+  }
+  upload(id: string, filename: string, bytes: Uint8Array) {
+    return this.use((c) => c.upload(id, filename, bytes));
+  }
+  listOutput(id: string) {
+    return this.use((c) => c.listOutput(id));
+  }
+  readOutput(id: string, filename: string) {
+    return this.use((c) => c.readOutput(id, filename));
+  }
+  destroy(id: string) {
+    return this.use((c) => c.destroy(id));
+  }
+  list() {
+    return this.use((c) => c.list());
+  }
   async close(): Promise<void> {
     this.closed = true;
     const c = this.client;

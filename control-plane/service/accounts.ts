@@ -5,13 +5,16 @@ import { cycleStart } from './clock.js';
 import type { Deps } from './deps.js';
 import { hashApiKey, newApiKey, newId, API_KEY_RE } from './ids.js';
 
-export const SIGNUP_WARNING = 'Store this API key now: it is shown once and cannot be retrieved. A lost key needs a rotation through support.';
+export const SIGNUP_WARNING =
+  'Store this API key now: it is shown once and cannot be retrieved. A lost key needs a rotation through support.';
 
 /** The `limits` object of the SPEC (cdp_limit lives under usage). */
 export function publicLimits(l: Limits): Record<string, number | null> {
   return {
-    capsules_per_month: l.capsules_per_month, max_ttl_seconds: l.max_ttl_seconds,
-    concurrent_capsules: l.concurrent_capsules, rate_limit_rpm: l.rate_limit_rpm,
+    capsules_per_month: l.capsules_per_month,
+    max_ttl_seconds: l.max_ttl_seconds,
+    concurrent_capsules: l.concurrent_capsules,
+    rate_limit_rpm: l.rate_limit_rpm,
   };
 }
 
@@ -22,13 +25,24 @@ export class AccountService {
     const apiKey = newApiKey('live', this.d.random);
     const now = this.d.clock.nowIso();
     const account = await this.d.store.createAccount({
-      customer_id: newId('cus_', this.d.random), email: email.toLowerCase(), tier: 'free', jurisdiction,
-      key_hash: hashApiKey(apiKey), key_mode: 'live', created_at: now, billing_cycle_start: cycleStart(this.d.clock.nowMs()),
+      customer_id: newId('cus_', this.d.random),
+      email: email.toLowerCase(),
+      tier: 'free',
+      jurisdiction,
+      key_hash: hashApiKey(apiKey),
+      key_mode: 'live',
+      created_at: now,
+      billing_cycle_start: cycleStart(this.d.clock.nowMs()),
     });
     this.d.log.info({ customer_id: account.customer_id }, 'account created');
     return {
-      api_key: apiKey, customer_id: account.customer_id, email: account.email, tier: account.tier,
-      jurisdiction: account.jurisdiction, limits: publicLimits(this.d.tiers.limits(account.tier)), warning: SIGNUP_WARNING,
+      api_key: apiKey,
+      customer_id: account.customer_id,
+      email: account.email,
+      tier: account.tier,
+      jurisdiction: account.jurisdiction,
+      limits: publicLimits(this.d.tiers.limits(account.tier)),
+      warning: SIGNUP_WARNING,
     };
   }
 
@@ -38,17 +52,25 @@ export class AccountService {
     return this.d.store.findCallerByKeyHash(hashApiKey(key));
   }
 
-  limits(account: Account): Limits { return this.d.tiers.limits(account.tier); }
+  limits(account: Account): Limits {
+    return this.d.tiers.limits(account.tier);
+  }
 
   async me(caller: Caller): Promise<Record<string, unknown>> {
     const a = await this.d.store.refreshCycle(caller.account.customer_id, cycleStart(this.d.clock.nowMs()));
     if (!a) throw new ApiError('invalid_api_key', 'API key is not valid');
     const l = this.d.tiers.limits(a.tier);
     return {
-      customer_id: a.customer_id, email: a.email, tier: a.tier, jurisdiction: a.jurisdiction, limits: publicLimits(l),
+      customer_id: a.customer_id,
+      email: a.email,
+      tier: a.tier,
+      jurisdiction: a.jurisdiction,
+      limits: publicLimits(l),
       usage: {
-        capsules_used_this_month: a.capsules_used_this_month, cdps_this_cycle: a.cdps_this_cycle,
-        cdp_limit: l.cdp_limit, billing_cycle_start: a.billing_cycle_start,
+        capsules_used_this_month: a.capsules_used_this_month,
+        cdps_this_cycle: a.cdps_this_cycle,
+        cdp_limit: l.cdp_limit,
+        billing_cycle_start: a.billing_cycle_start,
       },
       created_at: a.created_at,
     };
@@ -58,10 +80,21 @@ export class AccountService {
     return this.d.store.setTierByEmail(email.toLowerCase(), tier);
   }
 
-  async contact(m: { email: string; name?: string | undefined; company?: string | undefined; message: string; source?: string | undefined }): Promise<void> {
+  async contact(m: {
+    email: string;
+    name?: string | undefined;
+    company?: string | undefined;
+    message: string;
+    source?: string | undefined;
+  }): Promise<void> {
     await this.d.store.insertContact({
-      id: newId('msg_', this.d.random), email: m.email, name: m.name ?? null, company: m.company ?? null,
-      message: m.message, source: m.source ?? null, created_at: this.d.clock.nowIso(),
+      id: newId('msg_', this.d.random),
+      email: m.email,
+      name: m.name ?? null,
+      company: m.company ?? null,
+      message: m.message,
+      source: m.source ?? null,
+      created_at: this.d.clock.nowIso(),
     });
   }
 }

@@ -19,9 +19,13 @@ import type { Caller } from '../domain/index.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 
-export const notFound = (field?: string): ApiError => new ApiError('resource_not_found', `${field ? `${field}: ` : ''}Capsulefile not found`);
+export const notFound = (field?: string): ApiError =>
+  new ApiError('resource_not_found', `${field ? `${field}: ` : ''}Capsulefile not found`);
 
-export interface CapsulefileDetail { capsulefile: Capsulefile; files: CapsulefileFileEntry[] }
+export interface CapsulefileDetail {
+  capsulefile: Capsulefile;
+  files: CapsulefileFileEntry[];
+}
 
 export class CapsulefileService {
   constructor(private readonly d: Deps) {}
@@ -44,12 +48,24 @@ export class CapsulefileService {
   async create(caller: Caller, body: unknown): Promise<Capsulefile> {
     const definition = parseDefinition(body);
     const c: Capsulefile = {
-      id: newId('cf_', this.d.random), owner: caller.account.customer_id, is_system: false, status: 'draft', definition,
-      content_hash: null, size_bytes: null, file_count: null, finalized_at: null, created_at: this.d.clock.nowIso(),
+      id: newId('cf_', this.d.random),
+      owner: caller.account.customer_id,
+      is_system: false,
+      status: 'draft',
+      definition,
+      content_hash: null,
+      size_bytes: null,
+      file_count: null,
+      finalized_at: null,
+      created_at: this.d.clock.nowIso(),
     };
     const max = this.d.capsulefileLimits[caller.account.tier].max_capsulefiles;
     if (!(await this.d.capsulefiles.insertCapsulefile(c, max))) {
-      throw new ApiError('quota_exceeded', `quota reached: Capsulefiles (${max}) for tier ${caller.account.tier}; delete one or upgrade`, { extra: { limit: 'capsulefiles' } });
+      throw new ApiError(
+        'quota_exceeded',
+        `quota reached: Capsulefiles (${max}) for tier ${caller.account.tier}; delete one or upgrade`,
+        { extra: { limit: 'capsulefiles' } },
+      );
     }
     this.d.log.info({ capsulefile_id: c.id, customer_id: c.owner }, 'capsulefile created');
     return c;
@@ -67,7 +83,8 @@ export class CapsulefileService {
   async update(caller: Caller, id: string, patch: unknown): Promise<Capsulefile> {
     const c = await this.ownDraft(caller, id);
     const definition = mergePatch(c.definition, patch);
-    if (!(await this.d.capsulefiles.updateDraft(c.id, definition))) throw new ApiError('resource_conflict', 'Capsulefile is finalized and immutable');
+    if (!(await this.d.capsulefiles.updateDraft(c.id, definition)))
+      throw new ApiError('resource_conflict', 'Capsulefile is finalized and immutable');
     return { ...c, definition };
   }
 
@@ -78,9 +95,16 @@ export class CapsulefileService {
     const sizeWhy = fileSizeProblem(bytes.length);
     if (sizeWhy !== null) throw invalid('body', sizeWhy);
     const entry: CapsulefileFileBytes = { filename, size_bytes: bytes.length, sha512: sha512Prefixed(bytes), bytes };
-    const r = await this.d.capsulefiles.putFile(c.id, entry, { maxFiles: limits.FILES_MAX, maxTotalBytes: limits.FILES_TOTAL_MAX_BYTES });
+    const r = await this.d.capsulefiles.putFile(c.id, entry, {
+      maxFiles: limits.FILES_MAX,
+      maxTotalBytes: limits.FILES_TOTAL_MAX_BYTES,
+    });
     if (r === 'not_draft') throw new ApiError('resource_conflict', 'Capsulefile is finalized and immutable');
-    if (r === 'limit') throw invalid('body', `a Capsulefile holds at most ${limits.FILES_MAX} files and ${limits.FILES_TOTAL_MAX_BYTES} bytes`);
+    if (r === 'limit')
+      throw invalid(
+        'body',
+        `a Capsulefile holds at most ${limits.FILES_MAX} files and ${limits.FILES_TOTAL_MAX_BYTES} bytes`,
+      );
     return { filename: entry.filename, size_bytes: entry.size_bytes, sha512: entry.sha512 };
   }
 
@@ -110,21 +134,36 @@ export class CapsulefileService {
    */
   async forCapsule(caller: Caller, id: string): Promise<{ capsulefile: Capsulefile; files: CapsulefileFileBytes[] }> {
     const c = await this.visible(caller, id, 'capsulefile_id');
-    if (c.status !== 'finalized' || c.content_hash === null) throw invalid('capsulefile_id', 'Capsulefile is a draft: finalize it first');
+    if (c.status !== 'finalized' || c.content_hash === null)
+      throw invalid('capsulefile_id', 'Capsulefile is a draft: finalize it first');
     return { capsulefile: c, files: await this.d.capsulefiles.filesWithBytes(c.id) };
   }
 
   /** Publishes the reference Capsulefiles read from policies/system-capsulefiles at start. */
-  async publishSystem(sources: { definition: unknown; files: { filename: string; bytes: Uint8Array }[] }[]): Promise<Capsulefile[]> {
+  async publishSystem(
+    sources: { definition: unknown; files: { filename: string; bytes: Uint8Array }[] }[],
+  ): Promise<Capsulefile[]> {
     const items = sources.map((s) => {
       const definition = parseDefinition(s.definition);
-      const files = s.files.map((f) => ({ filename: f.filename, size_bytes: f.bytes.length, sha512: sha512Prefixed(f.bytes), bytes: f.bytes }));
+      const files = s.files.map((f) => ({
+        filename: f.filename,
+        size_bytes: f.bytes.length,
+        sha512: sha512Prefixed(f.bytes),
+        bytes: f.bytes,
+      }));
       const hash = contentHash(definition, files);
       const capsulefile: Capsulefile = {
         // Stable per content: the same sources give the same id on every install and restart.
-        id: `cf_sys_${hash.slice('sha512:'.length, 'sha512:'.length + 24)}`, owner: SYSTEM_OWNER, is_system: true,
-        status: 'finalized', definition, content_hash: hash, size_bytes: files.reduce((n, f) => n + f.size_bytes, 0),
-        file_count: files.length, finalized_at: this.d.clock.nowIso(), created_at: this.d.clock.nowIso(),
+        id: `cf_sys_${hash.slice('sha512:'.length, 'sha512:'.length + 24)}`,
+        owner: SYSTEM_OWNER,
+        is_system: true,
+        status: 'finalized',
+        definition,
+        content_hash: hash,
+        size_bytes: files.reduce((n, f) => n + f.size_bytes, 0),
+        file_count: files.length,
+        finalized_at: this.d.clock.nowIso(),
+        created_at: this.d.clock.nowIso(),
       };
       return { capsulefile, files };
     });

@@ -3,7 +3,16 @@
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
 import type { ExecResult, FileEntry } from '../../shared/runner-protocol.js';
-import type { ApiForm, Caller, Capsule, CapsulePage, DataClassification, EgressSpec, InsertCapsuleOutcome, RunningEgress } from '../domain/index.js';
+import type {
+  ApiForm,
+  Caller,
+  Capsule,
+  CapsulePage,
+  DataClassification,
+  EgressSpec,
+  InsertCapsuleOutcome,
+  RunningEgress,
+} from '../domain/index.js';
 import { EgressConfigError, LIVE_STATUSES } from '../domain/index.js';
 import { cycleStart, isoMicros } from './clock.js';
 import type { Deps } from './deps.js';
@@ -33,20 +42,30 @@ export class LiveState {
   /** Capsules the runner may hold before their row exists (create in flight): recovery leaves them alone. */
   readonly creating = new Set<string>();
   private readonly running = new Map<string, number>();
-  begin(id: string): number { const n = (this.running.get(id) ?? 0) + 1; this.running.set(id, n); return n; }
+  begin(id: string): number {
+    const n = (this.running.get(id) ?? 0) + 1;
+    this.running.set(id, n);
+    return n;
+  }
   end(id: string): number {
     const n = (this.running.get(id) ?? 1) - 1;
-    if (n <= 0) this.running.delete(id); else this.running.set(id, n);
+    if (n <= 0) this.running.delete(id);
+    else this.running.set(id, n);
     return Math.max(n, 0);
   }
-  isRunning(id: string): boolean { return (this.running.get(id) ?? 0) > 0; }
+  isRunning(id: string): boolean {
+    return (this.running.get(id) ?? 0) > 0;
+  }
 }
 
 export class CapsuleService {
   constructor(
-    private readonly d: Deps, private readonly live: LiveState, private readonly gate: RecoveryGate,
+    private readonly d: Deps,
+    private readonly live: LiveState,
+    private readonly gate: RecoveryGate,
     private readonly capsulefiles: CapsulefileService,
-    private readonly profiles: EgressProfileService, private readonly egress: EgressSessions,
+    private readonly profiles: EgressProfileService,
+    private readonly egress: EgressSessions,
   ) {}
 
   /** Loads a capsule the caller owns; anything else is 404 (SPEC: ownership). */
@@ -63,7 +82,10 @@ export class CapsuleService {
     const c = await this.owned(caller, id, form);
     await this.gate.ensure();
     if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id)) {
-      throw new ApiError('capsule_expired', `capsule is ${c.status === 'active' || c.status === 'executing' ? 'being destroyed' : c.status}; its proof is at GET /v1/proofs/${c.id}`);
+      throw new ApiError(
+        'capsule_expired',
+        `capsule is ${c.status === 'active' || c.status === 'executing' ? 'being destroyed' : c.status}; its proof is at GET /v1/proofs/${c.id}`,
+      );
     }
     return c;
   }
@@ -78,33 +100,61 @@ export class CapsuleService {
     if (input.egress_profile_id !== undefined) {
       requireEgressTier(caller, 'egress_profile_id');
       const profile = await this.profiles.owned(caller, input.egress_profile_id, 'egress_profile_id');
-      if (!this.egress.available) throw new ApiError('service_unavailable', 'egress_profile_id: this install runs no sealed egress layer');
+      if (!this.egress.available)
+        throw new ApiError('service_unavailable', 'egress_profile_id: this install runs no sealed egress layer');
       egressProfileId = profile.id;
-      egressRules = (await this.d.egressProfiles.allRules(profile.id)).map((r) => ({ kind: r.kind, value: r.value, port: r.port }));
+      egressRules = (await this.d.egressProfiles.allRules(profile.id)).map((r) => ({
+        kind: r.kind,
+        value: r.value,
+        port: r.port,
+      }));
     }
-    const pinned = input.capsulefile_id === undefined ? null : await this.capsulefiles.forCapsule(caller, input.capsulefile_id);
+    const pinned =
+      input.capsulefile_id === undefined ? null : await this.capsulefiles.forCapsule(caller, input.capsulefile_id);
     const def = pinned?.capsulefile.definition;
     if (def?.packages) {
       const missing = await this.d.baseImage.missingPackages(def.packages);
-      if (missing.length > 0) throw invalid('capsulefile_id', `declared package ${missing.join(', ')} is not in the base image (packages are never downloaded)`);
+      if (missing.length > 0)
+        throw invalid(
+          'capsulefile_id',
+          `declared package ${missing.join(', ')} is not in the base image (packages are never downloaded)`,
+        );
     }
     // Capsulefile defaults apply under the request's own values, then the tier caps.
     const ttl = Math.min(input.ttl ?? def?.default_ttl ?? DEFAULT_TTL_SECONDS, limits.max_ttl_seconds);
-    const memoryMb = def?.memory_mb === undefined ? DEFAULT_MEMORY_MB : Math.min(def.memory_mb, this.d.capsulefileLimits[a.tier].max_memory_mb);
+    const memoryMb =
+      def?.memory_mb === undefined
+        ? DEFAULT_MEMORY_MB
+        : Math.min(def.memory_mb, this.d.capsulefileLimits[a.tier].max_memory_mb);
     const outcome = await this.d.store.reserveCapsule(a.customer_id, limits, cycleStart(this.d.clock.nowMs()));
     if (outcome !== 'ok') {
-      const what = outcome === 'concurrent_capsules' ? `concurrent capsules (${limits.concurrent_capsules})`
-        : outcome === 'cdp_limit' ? `proofs this month (${limits.cdp_limit})` : `capsules this month (${limits.capsules_per_month})`;
+      const what =
+        outcome === 'concurrent_capsules'
+          ? `concurrent capsules (${limits.concurrent_capsules})`
+          : outcome === 'cdp_limit'
+            ? `proofs this month (${limits.cdp_limit})`
+            : `capsules this month (${limits.capsules_per_month})`;
       throw new ApiError('quota_exceeded', `quota reached: ${what} for tier ${a.tier}`, { extra: { limit: outcome } });
     }
     const id = newId(input.form === 'session' ? 'sess_' : 'cap_', this.d.random);
     const nowMs = this.d.clock.nowMs();
     const capsule: Capsule = {
-      id, customer_id: a.customer_id, status: 'active', api_form: input.form, ttl_seconds: ttl,
-      created_at: isoMicros(nowMs), expires_at: isoMicros(nowMs + ttl * 1000),
-      data_classification: input.data_classification ?? def?.data_classification ?? 'general', jurisdiction: a.jurisdiction,
-      capsulefile_id: pinned?.capsulefile.id ?? null, capsulefile_content_hash: pinned?.capsulefile.content_hash ?? null,
-      egress_profile_id: egressProfileId, metadata: input.metadata, execution_count: 0, bytes_processed: 0, destroyed_at: null,
+      id,
+      customer_id: a.customer_id,
+      status: 'active',
+      api_form: input.form,
+      ttl_seconds: ttl,
+      created_at: isoMicros(nowMs),
+      expires_at: isoMicros(nowMs + ttl * 1000),
+      data_classification: input.data_classification ?? def?.data_classification ?? 'general',
+      jurisdiction: a.jurisdiction,
+      capsulefile_id: pinned?.capsulefile.id ?? null,
+      capsulefile_content_hash: pinned?.capsulefile.content_hash ?? null,
+      egress_profile_id: egressProfileId,
+      metadata: input.metadata,
+      execution_count: 0,
+      bytes_processed: 0,
+      destroyed_at: null,
       billable: caller.key_mode === 'live',
     };
     this.live.creating.add(id);
@@ -117,7 +167,10 @@ export class CapsuleService {
 
   /** Proxy, runner sandbox, then the row; undone on any failure. The quota slot is already reserved. */
   private async start(
-    capsule: Capsule, egressRules: EgressSpec['rules'] | null, memoryMb: number, pinned: Awaited<ReturnType<CapsulefileService['forCapsule']>> | null,
+    capsule: Capsule,
+    egressRules: EgressSpec['rules'] | null,
+    memoryMb: number,
+    pinned: Awaited<ReturnType<CapsulefileService['forCapsule']>> | null,
   ): Promise<Capsule> {
     const { id, customer_id: customerId } = capsule;
     const def = pinned?.capsulefile.definition;
@@ -127,10 +180,15 @@ export class CapsuleService {
     if (egressRules !== null) {
       try {
         // The AND of profile and declaration: no Capsulefile or no declaration means nothing is allowed.
-        egress = await this.egress.start({
-          capsuleId: id, rules: egressRules, declaration: def?.egress_declaration ?? [],
-          ...(def?.mcp_policy !== undefined ? { mcpPolicy: def.mcp_policy } : {}),
-        }, rowReady);
+        egress = await this.egress.start(
+          {
+            capsuleId: id,
+            rules: egressRules,
+            declaration: def?.egress_declaration ?? [],
+            ...(def?.mcp_policy !== undefined ? { mcpPolicy: def.mcp_policy } : {}),
+          },
+          rowReady,
+        );
       } catch (e) {
         await this.d.store.unreserveCapsule(customerId);
         if (e instanceof EgressConfigError) {
@@ -142,16 +200,25 @@ export class CapsuleService {
     }
     const dropEgress = async (): Promise<void> => {
       rowReady.close();
-      if (egress) { await this.egress.stop(id).catch(() => null); this.egress.forget(id); }
+      if (egress) {
+        await this.egress.stop(id).catch(() => null);
+        this.egress.forget(id);
+      }
     };
     try {
       await this.d.runner.create({
-        capsule_id: id, memory_mb: memoryMb,
+        capsule_id: id,
+        memory_mb: memoryMb,
         // Files mounted read-only at /capsule/app; env_vars set for every exec.
-        ...(pinned ? {
-          env: { ...(def?.env_vars ?? {}) },
-          app_files: pinned.files.map((f) => ({ filename: f.filename, content_b64: Buffer.from(f.bytes).toString('base64') })),
-        } : {}),
+        ...(pinned
+          ? {
+              env: { ...(def?.env_vars ?? {}) },
+              app_files: pinned.files.map((f) => ({
+                filename: f.filename,
+                content_b64: Buffer.from(f.bytes).toString('base64'),
+              })),
+            }
+          : {}),
         ...(egress ? { egress: { proxy_socket: egress.proxySocket, ca_pem: egress.caPem } } : {}),
       });
     } catch (e) {
@@ -168,12 +235,19 @@ export class CapsuleService {
     let inserted: InsertCapsuleOutcome;
     try {
       inserted = await this.d.store.insertCapsule(capsule, {
-        type: 'CapsuleStarted', at: capsule.created_at,
+        type: 'CapsuleStarted',
+        at: capsule.created_at,
         fields: {
-          data_classification: capsule.data_classification, jurisdiction: capsule.jurisdiction, region: this.d.region,
-          ...(capsule.capsulefile_id !== null ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash } : {}),
+          data_classification: capsule.data_classification,
+          jurisdiction: capsule.jurisdiction,
+          region: this.d.region,
+          ...(capsule.capsulefile_id !== null
+            ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash }
+            : {}),
           // The allowlist in force, bound into the trail: profile id and a hash of its rules as snapshotted now.
-          ...(egressRules !== null ? { egress_profile_id: capsule.egress_profile_id, egress_rules_hash: rulesHash(egressRules) } : {}),
+          ...(egressRules !== null
+            ? { egress_profile_id: capsule.egress_profile_id, egress_rules_hash: rulesHash(egressRules) }
+            : {}),
         },
       });
     } catch (e) {
@@ -184,7 +258,9 @@ export class CapsuleService {
       // A DELETE of the pinned Capsulefile or profile committed while the runner
       // was creating: the create answers as if it came after the delete.
       await undoStarted();
-      throw inserted === 'capsulefile_gone' ? capsulefileNotFound('capsulefile_id') : profileNotFound('egress_profile_id');
+      throw inserted === 'capsulefile_gone'
+        ? capsulefileNotFound('capsulefile_id')
+        : profileNotFound('egress_profile_id');
     }
     rowReady.open();
     this.d.log.info({ capsule_id: id, customer_id: customerId }, 'capsule created');
@@ -202,7 +278,17 @@ export class CapsuleService {
     return this.d.store.listCapsules(caller.account.customer_id, limit, cursor);
   }
 
-  async exec(caller: Caller, id: string, req: { command: string; input_data?: string | undefined; input_filename?: string | undefined; timeout?: number | undefined }, form?: ApiForm): Promise<ExecResult> {
+  async exec(
+    caller: Caller,
+    id: string,
+    req: {
+      command: string;
+      input_data?: string | undefined;
+      input_filename?: string | undefined;
+      timeout?: number | undefined;
+    },
+    form?: ApiForm,
+  ): Promise<ExecResult> {
     const c = await this.ownedLive(caller, id, form);
     const remainingS = Math.max(1, Math.ceil((Date.parse(c.expires_at) - this.d.clock.nowMs()) / 1000));
     const timeoutS = Math.min(req.timeout ?? c.ttl_seconds, remainingS);
@@ -212,32 +298,60 @@ export class CapsuleService {
     let settled = false;
     try {
       // The trail binds what ran without carrying the command text or input bytes.
-      await this.d.store.appendActivity(c.id, 'ExecutionStarted', this.d.clock.nowIso(), {
-        command_hash: sha512Prefixed(req.command), input_size_bytes: inputBytes, timeout_seconds: timeoutS,
-      }, first ? { move: { from: ['active'], to: 'executing' } } : {});
+      await this.d.store.appendActivity(
+        c.id,
+        'ExecutionStarted',
+        this.d.clock.nowIso(),
+        {
+          command_hash: sha512Prefixed(req.command),
+          input_size_bytes: inputBytes,
+          timeout_seconds: timeoutS,
+        },
+        first ? { move: { from: ['active'], to: 'executing' } } : {},
+      );
       const execReq = {
-        capsule_id: c.id, command: req.command, timeout_ms: timeoutS * 1000,
+        capsule_id: c.id,
+        command: req.command,
+        timeout_ms: timeoutS * 1000,
         ...(req.input_data !== undefined ? { input_b64: Buffer.from(req.input_data, 'utf8').toString('base64') } : {}),
         ...(req.input_filename !== undefined ? { input_filename: req.input_filename } : {}),
       };
-      try { result = await this.d.runner.exec(execReq); } catch (e) { throw fromRunner(e, 'capsule'); }
+      try {
+        result = await this.d.runner.exec(execReq);
+      } catch (e) {
+        throw fromRunner(e, 'capsule');
+      }
       // Egress events of this exec land in the trail before its completion event.
       await this.egress.flush(c.id);
       const last = this.live.end(c.id) === 0;
       settled = true;
-      const side = { executions: 1, bytes: inputBytes, ...(last ? { move: { from: ['executing'] as const, to: 'active' as const } } : {}) };
+      const side = {
+        executions: 1,
+        bytes: inputBytes,
+        ...(last ? { move: { from: ['executing'] as const, to: 'active' as const } } : {}),
+      };
       if (!this.live.destroying.has(c.id)) {
         const fields = {
-          exit_code: result.exit_code, duration_ms: result.duration_ms, timed_out: result.timed_out,
-          stdout_hash: sha512Prefixed(result.stdout), stderr_hash: sha512Prefixed(result.stderr),
+          exit_code: result.exit_code,
+          duration_ms: result.duration_ms,
+          timed_out: result.timed_out,
+          stdout_hash: sha512Prefixed(result.stdout),
+          stderr_hash: sha512Prefixed(result.stderr),
         };
-        await this.d.store.appendActivity(c.id, result.oom_killed ? 'ExecutionOomKilled' : 'ExecutionCompleted', this.d.clock.nowIso(), fields, side);
+        await this.d.store.appendActivity(
+          c.id,
+          result.oom_killed ? 'ExecutionOomKilled' : 'ExecutionCompleted',
+          this.d.clock.nowIso(),
+          fields,
+          side,
+        );
       } else {
         // Destruction has begun: its DestructionInitiated stays the last event.
         await this.d.store.addUsage(c.id, 1, inputBytes);
       }
     } finally {
-      if (!settled && this.live.end(c.id) === 0) await this.d.store.transition(c.id, ['executing'], 'active').catch(() => undefined);
+      if (!settled && this.live.end(c.id) === 0)
+        await this.d.store.transition(c.id, ['executing'], 'active').catch(() => undefined);
     }
     return result;
   }
@@ -245,32 +359,61 @@ export class CapsuleService {
   async upload(caller: Caller, id: string, filename: string, bytes: Uint8Array): Promise<FileEntry> {
     const c = await this.ownedLive(caller, id);
     let entry: FileEntry;
-    try { entry = await this.d.runner.upload(c.id, filename, bytes); } catch (e) { throw fromRunner(e, 'filename'); }
-    await this.d.store.appendActivity(c.id, 'FileUploaded', this.d.clock.nowIso(), {
-      sha512: entry.sha512, size_bytes: entry.size_bytes, direction: 'inbound',
-    }, { bytes: entry.size_bytes });
+    try {
+      entry = await this.d.runner.upload(c.id, filename, bytes);
+    } catch (e) {
+      throw fromRunner(e, 'filename');
+    }
+    await this.d.store.appendActivity(
+      c.id,
+      'FileUploaded',
+      this.d.clock.nowIso(),
+      {
+        sha512: entry.sha512,
+        size_bytes: entry.size_bytes,
+        direction: 'inbound',
+      },
+      { bytes: entry.size_bytes },
+    );
     return entry;
   }
 
   async listOutput(caller: Caller, id: string): Promise<FileEntry[]> {
     const c = await this.ownedLive(caller, id);
-    try { return await this.d.runner.listOutput(c.id); } catch (e) { throw fromRunner(e, 'capsule'); }
+    try {
+      return await this.d.runner.listOutput(c.id);
+    } catch (e) {
+      throw fromRunner(e, 'capsule');
+    }
   }
 
   async readOutput(caller: Caller, id: string, filename: string): Promise<{ entry: FileEntry; bytes: Uint8Array }> {
     const c = await this.ownedLive(caller, id);
     let out: { entry: FileEntry; bytes: Uint8Array };
-    try { out = await this.d.runner.readOutput(c.id, filename); } catch (e) { throw fromRunner(e, 'output file'); }
-    await this.d.store.appendActivity(c.id, 'FileDownloaded', this.d.clock.nowIso(), {
-      sha512: out.entry.sha512, size_bytes: out.entry.size_bytes, direction: 'outbound',
-    }, { bytes: out.entry.size_bytes });
+    try {
+      out = await this.d.runner.readOutput(c.id, filename);
+    } catch (e) {
+      throw fromRunner(e, 'output file');
+    }
+    await this.d.store.appendActivity(
+      c.id,
+      'FileDownloaded',
+      this.d.clock.nowIso(),
+      {
+        sha512: out.entry.sha512,
+        size_bytes: out.entry.size_bytes,
+        direction: 'outbound',
+      },
+      { bytes: out.entry.size_bytes },
+    );
     return out;
   }
 }
 
 /** SHA-512 of the rules as `[kind, value, port]` triples, sorted, as JSON (arrays of primitives: one serialization). */
 export function rulesHash(rules: EgressSpec['rules']): string {
-  const triples = rules.map((r) => [r.kind, r.value, r.port] as const)
+  const triples = rules
+    .map((r) => [r.kind, r.value, r.port] as const)
     .sort((x, y) => (JSON.stringify(x) < JSON.stringify(y) ? -1 : JSON.stringify(x) > JSON.stringify(y) ? 1 : 0));
   return sha512Prefixed(JSON.stringify(triples));
 }

@@ -4,8 +4,14 @@
 // proof for capsules lost on a restart.
 import { ApiError } from '../../shared/errors.js';
 import {
-  emitPartialRecord, emitRecord, generateEphemeralKey, toAuditProof,
-  type AuditRecord, type CapsuleContext, type EphemeralKey, type Termination,
+  emitPartialRecord,
+  emitRecord,
+  generateEphemeralKey,
+  toAuditProof,
+  type AuditRecord,
+  type CapsuleContext,
+  type EphemeralKey,
+  type Termination,
 } from '../../shared/proof/index.js';
 import { RunnerError, type DestroyResult } from '../../shared/runner-protocol.js';
 import type { Capsule, CapsuleStatus, KeyRecord } from '../domain/index.js';
@@ -28,16 +34,22 @@ export type DestroyTrigger = 'customer_request' | 'ttl_expired';
 function capsuleContext(c: Capsule): CapsuleContext {
   // CONTRACT 8: a pinned capsule's Capsulefile id and content hash are signed through the view.
   return {
-    jurisdiction: c.jurisdiction, data_classification: c.data_classification,
+    jurisdiction: c.jurisdiction,
+    data_classification: c.data_classification,
     ...(c.capsulefile_id !== null && c.capsulefile_content_hash !== null
-      ? { capsulefile_id: c.capsulefile_id, capsulefile_content_hash: c.capsulefile_content_hash } : {}),
+      ? { capsulefile_id: c.capsulefile_id, capsulefile_content_hash: c.capsulefile_content_hash }
+      : {}),
   };
 }
 
 const b64 = (b: Uint8Array): string => Buffer.from(b).toString('base64');
 
 export class DestructionService {
-  constructor(private readonly d: Deps, private readonly live: LiveState, private readonly egress: EgressSessions) {}
+  constructor(
+    private readonly d: Deps,
+    private readonly live: LiveState,
+    private readonly egress: EgressSessions,
+  ) {}
 
   /**
    * Ends a capsule's sealed egress layer before DestructionInitiated (so no
@@ -48,7 +60,10 @@ export class DestructionService {
     if (ev) return ev;
     if (c.egress_profile_id === null) return null;
     // The proxy lived in an earlier control plane process; its keys ended with it.
-    return { state: 'not_running_in_this_process', note: 'the egress proxy and its keys ended with the control plane process that started it; key destruction not measured' };
+    return {
+      state: 'not_running_in_this_process',
+      note: 'the egress proxy and its keys ended with the control plane process that started it; key destruction not measured',
+    };
   }
 
   /** Destroys a live capsule and returns the destroy response (already stored). */
@@ -68,7 +83,11 @@ export class DestructionService {
         if (e instanceof RunnerError && e.code === 'not_found') {
           // The runner no longer has it: its state is gone; sign what we know.
           await this.partial(c, LOST_ON_RESTART);
-          throw new ApiError('capsule_expired', `capsule state was lost; its partial proof is at GET /v1/proofs/${c.id}`, { cause: e });
+          throw new ApiError(
+            'capsule_expired',
+            `capsule state was lost; its partial proof is at GET /v1/proofs/${c.id}`,
+            { cause: e },
+          );
         }
         throw fromRunner(e, 'capsule');
       }
@@ -87,7 +106,8 @@ export class DestructionService {
         last_event_type: last?.type ?? null,
       };
       const termination: Termination = {
-        trigger, command_was_running: result.command_was_running || commandRunning,
+        trigger,
+        command_was_running: result.command_was_running || commandRunning,
         ...(result.command_was_running || commandRunning ? { command_completed: false } : {}),
       };
       const regulatory = regulatoryContext(this.d.regulatory, c.jurisdiction);
@@ -95,23 +115,49 @@ export class DestructionService {
       const publicKey = b64(key.publicKey);
       let record: AuditRecord;
       try {
-        record = emitRecord({
-          capsule_id: c.id, created_at: c.created_at, destroyed_at: destroyedAt, evidence, activity,
-          capsule_context: capsuleContext(c), termination, regulatory_context: regulatory,
-          internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
-        }, { mode: 'ephemeral', key });
-      } finally { zeroize(key); }
+        record = emitRecord(
+          {
+            capsule_id: c.id,
+            created_at: c.created_at,
+            destroyed_at: destroyedAt,
+            evidence,
+            activity,
+            capsule_context: capsuleContext(c),
+            termination,
+            regulatory_context: regulatory,
+            internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
+          },
+          { mode: 'ephemeral', key },
+        );
+      } finally {
+        zeroize(key);
+      }
       const snapshot = await this.d.store.getCapsule(c.id);
       const response: Record<string, unknown> = {
-        capsule_id: c.id, status, destroyed_at: destroyedAt,
+        capsule_id: c.id,
+        status,
+        destroyed_at: destroyedAt,
         total_executions: snapshot?.execution_count ?? c.execution_count,
         total_bytes_processed: snapshot?.bytes_processed ?? c.bytes_processed,
-        cdp: record, audit_proof: toAuditProof(record),
-        regulatory_context: regulatory, capsule_context: capsuleContext(c),
+        cdp: record,
+        audit_proof: toAuditProof(record),
+        regulatory_context: regulatory,
+        capsule_context: capsuleContext(c),
       };
       await this.d.store.recordDestruction({
-        capsule: c, from: LIVE_STATUSES, status, destroyed_at: destroyedAt,
-        proof: { proof_id: newId('prf_', this.d.random), capsule_id: c.id, customer_id: c.customer_id, record: record as unknown as Record<string, unknown>, response, partial: false, created_at: this.d.clock.nowIso() },
+        capsule: c,
+        from: LIVE_STATUSES,
+        status,
+        destroyed_at: destroyedAt,
+        proof: {
+          proof_id: newId('prf_', this.d.random),
+          capsule_id: c.id,
+          customer_id: c.customer_id,
+          record: record as unknown as Record<string, unknown>,
+          response,
+          partial: false,
+          created_at: this.d.clock.nowIso(),
+        },
         key: this.keyRecord(record.attestation.key_id, publicKey),
       });
       this.egress.forget(c.id);
@@ -126,7 +172,11 @@ export class DestructionService {
   async partial(c: Capsule, reason: string): Promise<void> {
     // A partial proof has no step evidence: the proxy's key destruction is logged only.
     const egressEvidence = await this.egress.stop(c.id).catch(() => null);
-    if (egressEvidence) this.d.log.warn({ capsule_id: c.id, egress_proxy: egressEvidence }, 'egress proxy stopped for a capsule lost on restart');
+    if (egressEvidence)
+      this.d.log.warn(
+        { capsule_id: c.id, egress_proxy: egressEvidence },
+        'egress proxy stopped for a capsule lost on restart',
+      );
     this.egress.forget(c.id);
     const existing = await this.d.store.getProofByCapsule(c.id);
     if (existing) {
@@ -140,16 +190,40 @@ export class DestructionService {
     const publicKey = b64(key.publicKey);
     let record: AuditRecord;
     try {
-      record = emitPartialRecord({
-        capsule_id: c.id, created_at: c.created_at, reason, activity, capsule_context: capsuleContext(c),
-        // A capsule left `executing` had a command in flight when its state was lost.
-        termination: { trigger: 'system_restart', command_was_running: c.status === 'executing', ...(c.status === 'executing' ? { command_completed: false } : {}) },
-        internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
-      }, { mode: 'ephemeral', key });
-    } finally { zeroize(key); }
+      record = emitPartialRecord(
+        {
+          capsule_id: c.id,
+          created_at: c.created_at,
+          reason,
+          activity,
+          capsule_context: capsuleContext(c),
+          // A capsule left `executing` had a command in flight when its state was lost.
+          termination: {
+            trigger: 'system_restart',
+            command_was_running: c.status === 'executing',
+            ...(c.status === 'executing' ? { command_completed: false } : {}),
+          },
+          internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
+        },
+        { mode: 'ephemeral', key },
+      );
+    } finally {
+      zeroize(key);
+    }
     await this.d.store.recordDestruction({
-      capsule: c, from: LIVE_STATUSES, status: 'expired_unclean', destroyed_at: null,
-      proof: { proof_id: newId('prf_', this.d.random), capsule_id: c.id, customer_id: c.customer_id, record: record as unknown as Record<string, unknown>, response: null, partial: true, created_at: this.d.clock.nowIso() },
+      capsule: c,
+      from: LIVE_STATUSES,
+      status: 'expired_unclean',
+      destroyed_at: null,
+      proof: {
+        proof_id: newId('prf_', this.d.random),
+        capsule_id: c.id,
+        customer_id: c.customer_id,
+        record: record as unknown as Record<string, unknown>,
+        response: null,
+        partial: true,
+        created_at: this.d.clock.nowIso(),
+      },
       key: record.attestation ? this.keyRecord(record.attestation.key_id, publicKey) : null,
     });
     this.d.log.warn({ capsule_id: c.id, reason }, 'capsule expired unclean');
@@ -157,11 +231,17 @@ export class DestructionService {
 
   private keyRecord(keyId: string, publicKey: string): KeyRecord {
     return {
-      key_id: keyId, algorithm: 'Ed25519', public_key: publicKey, created_at: this.d.clock.nowIso(),
-      signing_authority_id: EPHEMERAL_AUTHORITY, signing_key_version: 1,
+      key_id: keyId,
+      algorithm: 'Ed25519',
+      public_key: publicKey,
+      created_at: this.d.clock.nowIso(),
+      signing_authority_id: EPHEMERAL_AUTHORITY,
+      signing_key_version: 1,
     };
   }
 }
 
 /** Belt and braces: emitRecord zeroizes too; a throw before it must not leak. */
-function zeroize(k: EphemeralKey): void { k.privateKey.fill(0); }
+function zeroize(k: EphemeralKey): void {
+  k.privateKey.fill(0);
+}

@@ -5,7 +5,13 @@
 import { ApiError, invalid } from '../../shared/errors.js';
 import { checkRule } from '../../egress-proxy/index.js';
 import {
-  DEFAULT_EGRESS_PROFILE_NAME, type Caller, type EgressProfile, type EgressProfilePage, type EgressRule, type EgressRulePage, type Tier,
+  DEFAULT_EGRESS_PROFILE_NAME,
+  type Caller,
+  type EgressProfile,
+  type EgressProfilePage,
+  type EgressRule,
+  type EgressRulePage,
+  type Tier,
 } from '../domain/index.js';
 import type { Deps } from './deps.js';
 import { newId } from './ids.js';
@@ -23,7 +29,10 @@ const ruleNotFound = (): ApiError => new ApiError('resource_not_found', 'egress 
 
 export function requireEgressTier(caller: Caller, field?: string): void {
   if (!EGRESS_TIERS.includes(caller.account.tier)) {
-    throw new ApiError('tier_required', `${field ? `${field}: ` : ''}egress profiles need the Team (business) tier or higher`);
+    throw new ApiError(
+      'tier_required',
+      `${field ? `${field}: ` : ''}egress profiles need the Team (business) tier or higher`,
+    );
   }
 }
 
@@ -33,11 +42,15 @@ function onlyKeys(body: Record<string, unknown>, keys: readonly string[]): void 
 
 function text(body: Record<string, unknown>, field: string, max: number, required: boolean): string | undefined {
   const v = body[field];
-  if (v === undefined) { if (required) throw invalid(field, 'is required'); return undefined; }
+  if (v === undefined) {
+    if (required) throw invalid(field, 'is required');
+    return undefined;
+  }
   if (typeof v !== 'string') throw invalid(field, 'must be a string');
   const s = v.trim();
   if (field === 'name' && s.length === 0) throw invalid(field, 'must not be empty');
   if ([...s].length > max) throw invalid(field, `at most ${max} characters`);
+  // eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
   if (/[\u0000-\u001f\u007f]/.test(s)) throw invalid(field, 'must not contain control characters');
   return s;
 }
@@ -56,7 +69,8 @@ export class EgressProfileService {
     requireEgressTier(caller);
     onlyKeys(body, ['name', 'description']);
     const p: EgressProfile = {
-      id: newId('egp_', this.d.random), customer_id: caller.account.customer_id,
+      id: newId('egp_', this.d.random),
+      customer_id: caller.account.customer_id,
       name: text(body, 'name', PROFILE_NAME_MAX, true) as string,
       description: text(body, 'description', PROFILE_DESCRIPTION_MAX, false) ?? '',
       created_at: this.d.clock.nowIso(),
@@ -77,7 +91,11 @@ export class EgressProfileService {
     return { profile, rules: await this.d.egressProfiles.allRules(profile.id) };
   }
 
-  async update(caller: Caller, id: string, body: Record<string, unknown>): Promise<{ profile: EgressProfile; rules: EgressRule[] }> {
+  async update(
+    caller: Caller,
+    id: string,
+    body: Record<string, unknown>,
+  ): Promise<{ profile: EgressProfile; rules: EgressRule[] }> {
     requireEgressTier(caller);
     onlyKeys(body, ['name', 'description']);
     const name = text(body, 'name', PROFILE_NAME_MAX, false);
@@ -85,7 +103,8 @@ export class EgressProfileService {
     if (name === undefined && description === undefined) throw invalid('body', 'give name, description or both');
     const p = await this.owned(caller, id);
     const updated = await this.d.egressProfiles.updateProfile(p.id, {
-      ...(name !== undefined ? { name } : {}), ...(description !== undefined ? { description } : {}),
+      ...(name !== undefined ? { name } : {}),
+      ...(description !== undefined ? { description } : {}),
     });
     if (!updated) throw profileNotFound();
     return { profile: updated, rules: await this.d.egressProfiles.allRules(p.id) };
@@ -146,8 +165,11 @@ export class EgressProfileService {
     const existing = await this.d.egressProfiles.profileByName(cid, DEFAULT_EGRESS_PROFILE_NAME);
     if (existing) return existing;
     const p: EgressProfile = {
-      id: newId('egp_', this.d.random), customer_id: cid, name: DEFAULT_EGRESS_PROFILE_NAME,
-      description: 'default profile of the /v1/egress endpoints', created_at: this.d.clock.nowIso(),
+      id: newId('egp_', this.d.random),
+      customer_id: cid,
+      name: DEFAULT_EGRESS_PROFILE_NAME,
+      description: 'default profile of the /v1/egress endpoints',
+      created_at: this.d.clock.nowIso(),
     };
     try {
       await this.d.egressProfiles.insertProfile(p);
@@ -170,8 +192,13 @@ export class EgressProfileService {
   private async insertRule(caller: Caller, p: EgressProfile, body: Record<string, unknown>): Promise<EgressRule> {
     const v = this.checked(body);
     const rule: EgressRule = {
-      id: newId('egr_', this.d.random), profile_id: p.id, customer_id: caller.account.customer_id,
-      kind: v.kind, value: v.value, port: v.port, created_at: this.d.clock.nowIso(),
+      id: newId('egr_', this.d.random),
+      profile_id: p.id,
+      customer_id: caller.account.customer_id,
+      kind: v.kind,
+      value: v.value,
+      port: v.port,
+      created_at: this.d.clock.nowIso(),
     };
     const r = await this.d.egressProfiles.insertRule(rule, RULES_PER_PROFILE_MAX);
     // 'missing': a DELETE of the profile committed first.

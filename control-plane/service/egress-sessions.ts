@@ -14,13 +14,20 @@ interface Session {
   stopped: Promise<Record<string, unknown>> | null;
 }
 
-export interface Gate { promise: Promise<void>; open(): void; close(): void }
+export interface Gate {
+  promise: Promise<void>;
+  open(): void;
+  close(): void;
+}
 
 /** Events wait behind the gate until the capsule row exists; a closed gate drops them (the capsule never came to be). */
 export function gate(): Gate {
   let open!: () => void;
   let close!: (e: Error) => void;
-  const promise = new Promise<void>((res, rej) => { open = res; close = rej; });
+  const promise = new Promise<void>((res, rej) => {
+    open = res;
+    close = rej;
+  });
   promise.catch(() => undefined);
   return { promise, open: () => open(), close: () => close(new Error('capsule was not created')) };
 }
@@ -30,7 +37,9 @@ export class EgressSessions {
   constructor(private readonly d: Deps) {}
 
   /** True when this install can start sealed egress layers. */
-  get available(): boolean { return this.d.egress !== null; }
+  get available(): boolean {
+    return this.d.egress !== null;
+  }
 
   async start(spec: EgressSpec, ready: Gate): Promise<RunningEgress> {
     const launcher = this.d.egress;
@@ -38,16 +47,27 @@ export class EgressSessions {
     let session: Session | null = null;
     const pending: EgressActivity[] = [];
     const record = (e: EgressActivity): void => {
-      if (!session) { pending.push(e); return; }
+      if (!session) {
+        pending.push(e);
+        return;
+      }
       const s = session;
       const { type, at, ...fields } = e;
       s.trail = s.trail
         .then(() => ready.promise)
         .then(() => this.d.store.appendActivity(spec.capsuleId, type, at, fields))
-        .then(() => { s.recorded++; }, (err: unknown) => {
-          s.failed++;
-          this.d.log.error({ capsule_id: spec.capsuleId, event_type: type, err }, 'egress: activity event not recorded');
-        });
+        .then(
+          () => {
+            s.recorded++;
+          },
+          (err: unknown) => {
+            s.failed++;
+            this.d.log.error(
+              { capsule_id: spec.capsuleId, event_type: type, err },
+              'egress: activity event not recorded',
+            );
+          },
+        );
     };
     const egress = await launcher.start(spec, record);
     session = { egress, trail: Promise.resolve(), recorded: 0, failed: 0, stopped: null };
@@ -56,14 +76,19 @@ export class EgressSessions {
     return egress;
   }
 
-  has(capsuleId: string): boolean { return this.sessions.has(capsuleId); }
+  has(capsuleId: string): boolean {
+    return this.sessions.has(capsuleId);
+  }
 
   /** Waits until every event emitted so far is in the trail (or failed to be). */
   async flush(capsuleId: string): Promise<void> {
     const s = this.sessions.get(capsuleId);
     if (!s) return;
     let seen: Promise<void> | null = null;
-    while (seen !== s.trail) { seen = s.trail; await seen; }
+    while (seen !== s.trail) {
+      seen = s.trail;
+      await seen;
+    }
   }
 
   /**
@@ -82,7 +107,9 @@ export class EgressSessions {
   }
 
   /** Drops the session once the capsule's proof is stored. */
-  forget(capsuleId: string): void { this.sessions.delete(capsuleId); }
+  forget(capsuleId: string): void {
+    this.sessions.delete(capsuleId);
+  }
 
   /** Stops every proxy (control plane shutdown); their capsules lose egress. */
   async stopAll(): Promise<void> {

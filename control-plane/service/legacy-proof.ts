@@ -31,7 +31,12 @@ export function legacyKeyId(destroyedAt: string, sessionId: string): string {
   return `svc-verify-${destroyedAt.replace(/[-:.]/g, '')}-${sessionId.slice(0, 12)}-v1`;
 }
 
-export function emitLegacySessionProof(sessionId: string, destroyedAt: string, random: Random, nowIso: string): { doc: Record<string, unknown>; key: KeyRecord } {
+export function emitLegacySessionProof(
+  sessionId: string,
+  destroyedAt: string,
+  random: Random,
+  nowIso: string,
+): { doc: Record<string, unknown>; key: KeyRecord } {
   let prev = sha256('');
   const chain = STEPS.map(([subsystem, operation, method], i) => {
     prev = sha256(`${prev}\0${subsystem}\0destroy\0${method}\0${destroyedAt}`);
@@ -45,10 +50,26 @@ export function emitLegacySessionProof(sessionId: string, destroyedAt: string, r
     const publicKey = Buffer.from(pub).toString('base64');
     return {
       doc: {
-        cdp_version: '1.0', session_id: sessionId, destroyed_at: destroyedAt, chain, final_hash: `sha256:${prev}`,
-        attestation: { algorithm: 'Ed25519', public_key: `base64:${publicKey}`, key_id: keyId, signature: `base64:${Buffer.from(sig).toString('base64')}` },
+        cdp_version: '1.0',
+        session_id: sessionId,
+        destroyed_at: destroyedAt,
+        chain,
+        final_hash: `sha256:${prev}`,
+        attestation: {
+          algorithm: 'Ed25519',
+          public_key: `base64:${publicKey}`,
+          key_id: keyId,
+          signature: `base64:${Buffer.from(sig).toString('base64')}`,
+        },
       },
-      key: { key_id: keyId, algorithm: 'Ed25519', public_key: publicKey, created_at: nowIso, signing_authority_id: 'svc-ephemeral', signing_key_version: 1 },
+      key: {
+        key_id: keyId,
+        algorithm: 'Ed25519',
+        public_key: publicKey,
+        created_at: nowIso,
+        signing_authority_id: 'svc-ephemeral',
+        signing_key_version: 1,
+      },
     };
   } finally {
     seed.fill(0);

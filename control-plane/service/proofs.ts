@@ -1,10 +1,17 @@
 // Proof reads, the public verify endpoint and the key registry.
 import { ApiError } from '../../shared/errors.js';
-import { toAuditProof, toPresentation, verifyProof, type AuditRecord, type VerifyResult } from '../../shared/proof/index.js';
+import {
+  toAuditProof,
+  toPresentation,
+  verifyProof,
+  type AuditRecord,
+  type VerifyResult,
+} from '../../shared/proof/index.js';
 import type { Caller, KeyRecord, StoredProof } from '../domain/index.js';
 import type { Deps } from './deps.js';
 
-const proofNotFound = (): ApiError => new ApiError('resource_not_found', 'proof not found (the capsule may not be destroyed yet)');
+const proofNotFound = (): ApiError =>
+  new ApiError('resource_not_found', 'proof not found (the capsule may not be destroyed yet)');
 
 export class ProofService {
   constructor(private readonly d: Deps) {}
@@ -32,19 +39,26 @@ export class ProofService {
     const p = await this.owned(caller, capsuleId);
     const r = p.record as unknown as AuditRecord;
     return {
-      proof_id: p.proof_id, capsule_id: p.capsule_id, cdp: p.record,
-      component_proofs: r.component_proofs ?? {}, verified: this.verify(p.record).valid, created_at: p.created_at,
+      proof_id: p.proof_id,
+      capsule_id: p.capsule_id,
+      cdp: p.record,
+      component_proofs: r.component_proofs ?? {},
+      verified: this.verify(p.record).valid,
+      created_at: p.created_at,
     };
   }
 
   /** GET /v1/capsules/:id/cdp/verify (public; the URL is the capability). */
   async publicProof(capsuleId: string, presentation: boolean): Promise<Record<string, unknown>> {
     const r = (await this.stored(capsuleId)).record as unknown as AuditRecord;
-    return presentation ? toPresentation(r) : toAuditProof(r) as unknown as Record<string, unknown>;
+    return presentation ? toPresentation(r) : (toAuditProof(r) as unknown as Record<string, unknown>);
   }
 
   verify(doc: unknown): VerifyResult {
-    return verifyProof(doc, { now: () => this.d.clock.nowIso(), ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}) });
+    return verifyProof(doc, {
+      now: () => this.d.clock.nowIso(),
+      ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}),
+    });
   }
 
   async key(keyId: string): Promise<KeyRecord> {

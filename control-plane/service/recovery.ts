@@ -5,9 +5,16 @@ import { ApiError } from '../../shared/errors.js';
 import type { Deps, Log } from './deps.js';
 import { LOST_ON_RESTART, type DestructionService } from './destruction.js';
 
-export interface RecoveryReport { expired_unclean: string[]; orphans_destroyed: string[] }
+export interface RecoveryReport {
+  expired_unclean: string[];
+  orphans_destroyed: string[];
+}
 
-export async function recover(d: Deps, destruction: DestructionService, creating: ReadonlySet<string>): Promise<RecoveryReport> {
+export async function recover(
+  d: Deps,
+  destruction: DestructionService,
+  creating: ReadonlySet<string>,
+): Promise<RecoveryReport> {
   const hello = await d.runner.hello();
   // Creates in flight around the listing: the runner may hold their sandbox before their row exists,
   // or their row may appear before the runner lists their sandbox. Neither is judged in this pass.
@@ -29,7 +36,9 @@ export async function recover(d: Deps, destruction: DestructionService, creating
     // A create in flight (sandbox made, row not yet inserted) is not an orphan; it undoes itself on failure.
     if (known.has(id) || creatingNow(id)) continue;
     // Not ours any more (its row is final or absent): nothing may keep running.
-    await d.runner.destroy(id).catch((e: unknown) => d.log.warn({ capsule_id: id, err: e }, 'recovery: orphan destroy failed'));
+    await d.runner
+      .destroy(id)
+      .catch((e: unknown) => d.log.warn({ capsule_id: id, err: e }, 'recovery: orphan destroy failed'));
     report.orphans_destroyed.push(id);
   }
   if (report.expired_unclean.length || report.orphans_destroyed.length) d.log.warn({ ...report }, 'recovery done');
@@ -44,21 +53,43 @@ export async function recover(d: Deps, destruction: DestructionService, creating
 export class RecoveryGate {
   private done: RecoveryReport | null = null;
   private pending: Promise<RecoveryReport> | null = null;
-  constructor(private readonly run: () => Promise<RecoveryReport>, private readonly log: Log) {}
+  constructor(
+    private readonly run: () => Promise<RecoveryReport>,
+    private readonly log: Log,
+  ) {}
 
-  get report(): RecoveryReport | null { return this.done; }
+  get report(): RecoveryReport | null {
+    return this.done;
+  }
 
   /** The runner restarted: reconcile again before the next capsule call. */
-  reset(): void { this.done = null; }
+  reset(): void {
+    this.done = null;
+  }
 
   async ensure(): Promise<RecoveryReport> {
     if (this.done) return this.done;
-    this.pending ??= this.run().then(
-      (r) => { this.done = r; return r; },
-      (e: unknown) => { this.log.warn({ err: e }, 'runner reconciliation failed; capsule operations unavailable'); throw e; },
-    ).finally(() => { this.pending = null; });
-    try { return await this.pending; } catch (e) {
-      throw new ApiError('service_unavailable', 'the capsule runner is unavailable', { cause: e, extra: { retry_after: 5 } });
+    this.pending ??= this.run()
+      .then(
+        (r) => {
+          this.done = r;
+          return r;
+        },
+        (e: unknown) => {
+          this.log.warn({ err: e }, 'runner reconciliation failed; capsule operations unavailable');
+          throw e;
+        },
+      )
+      .finally(() => {
+        this.pending = null;
+      });
+    try {
+      return await this.pending;
+    } catch (e) {
+      throw new ApiError('service_unavailable', 'the capsule runner is unavailable', {
+        cause: e,
+        extra: { retry_after: 5 },
+      });
     }
   }
 }

@@ -9,12 +9,16 @@ import { JURISDICTIONS } from '../domain/index.js';
 const provision = z.strictObject({ regulation: z.string(), provision: z.string(), description: z.string() });
 const file = z.strictObject({
   framework_version: z.string(),
-  notice: z.string().refine((n) => /not a compliance certification/i.test(n), 'notice must say it is not a compliance certification'),
-  steps: z.array(z.strictObject({
-    step: z.number().int().min(1).max(8),
-    subsystem: z.string(),
-    provisions: z.partialRecord(z.enum(JURISDICTIONS), z.array(provision)),
-  })),
+  notice: z
+    .string()
+    .refine((n) => /not a compliance certification/i.test(n), 'notice must say it is not a compliance certification'),
+  steps: z.array(
+    z.strictObject({
+      step: z.number().int().min(1).max(8),
+      subsystem: z.string(),
+      provisions: z.partialRecord(z.enum(JURISDICTIONS), z.array(provision)),
+    }),
+  ),
 });
 export type RegulatoryMapping = z.infer<typeof file>;
 
@@ -28,8 +32,14 @@ export function regulatoryContext(map: RegulatoryMapping, jurisdiction: string):
     const list = s.provisions[jurisdiction as keyof typeof s.provisions] ?? [];
     if (list.length === 0) continue;
     mappings.push({
-      step: s.step, subsystem: s.subsystem,
-      frameworks: list.map((p) => ({ regulation: p.regulation, provision: p.provision, description: p.description, relationship: 'related_to' as const })),
+      step: s.step,
+      subsystem: s.subsystem,
+      frameworks: list.map((p) => ({
+        regulation: p.regulation,
+        provision: p.provision,
+        description: p.description,
+        relationship: 'related_to' as const,
+      })),
     });
   }
   return { notice: map.notice, framework_version: map.framework_version, jurisdiction, mappings };

@@ -7,15 +7,28 @@ export function fromRunner(e: unknown, what: string): ApiError {
   if (e instanceof ApiError) return e;
   if (e instanceof RunnerError) {
     switch (e.code) {
-      case 'not_found': return new ApiError('resource_not_found', `${what} not found`, { cause: e });
-      case 'invalid': return new ApiError('invalid_parameters', e.message, { cause: e, extra: {} });
-      case 'too_large': return new ApiError('payload_too_large', `${what}: exceeds the size bound`, { cause: e });
-      case 'no_space': return new ApiError('payload_too_large', 'capsule storage is full', { cause: e });
-      case 'busy': return new ApiError('capsule_expired', 'capsule is being destroyed', { cause: e });
-      case 'unavailable': return new ApiError('service_unavailable', 'the capsule runner is unavailable', { cause: e, extra: { retry_after: 5 } });
-      default: return new ApiError('internal_error', 'internal error', { cause: e });
+      case 'not_found':
+        return new ApiError('resource_not_found', `${what} not found`, { cause: e });
+      case 'invalid':
+        return new ApiError('invalid_parameters', e.message, { cause: e, extra: {} });
+      case 'too_large':
+        return new ApiError('payload_too_large', `${what}: exceeds the size bound`, { cause: e });
+      case 'no_space':
+        return new ApiError('payload_too_large', 'capsule storage is full', { cause: e });
+      case 'busy':
+        return new ApiError('capsule_expired', 'capsule is being destroyed', { cause: e });
+      case 'unavailable':
+        return new ApiError('service_unavailable', 'the capsule runner is unavailable', {
+          cause: e,
+          extra: { retry_after: 5 },
+        });
+      default:
+        return new ApiError('internal_error', 'internal error', { cause: e });
     }
   }
   // Socket closed, refused, timed out: the runner is down.
-  return new ApiError('service_unavailable', 'the capsule runner is unavailable', { cause: e, extra: { retry_after: 5 } });
+  return new ApiError('service_unavailable', 'the capsule runner is unavailable', {
+    cause: e,
+    extra: { retry_after: 5 },
+  });
 }

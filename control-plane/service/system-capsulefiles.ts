@@ -5,18 +5,29 @@ import { lstat, readFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CAPSULEFILE_YAML, parseCapsulefileYaml, type CapsulefileDefinition } from '../capsulefile/index.js';
 
-export interface SystemSource { definition: CapsulefileDefinition; files: { filename: string; bytes: Uint8Array }[] }
+export interface SystemSource {
+  definition: CapsulefileDefinition;
+  files: { filename: string; bytes: Uint8Array }[];
+}
 
 /** Every subdirectory holding a Capsulefile.yaml; a broken one fails the start (it is our own policy data). */
 export async function readSystemCapsulefiles(dir: string): Promise<SystemSource[]> {
   let names: string[];
-  try { names = (await readdir(dir)).sort(); } catch { return []; }
+  try {
+    names = (await readdir(dir)).sort();
+  } catch {
+    return [];
+  }
   const out: SystemSource[] = [];
   for (const name of names) {
     const sub = join(dir, name);
     if (!(await lstat(sub)).isDirectory()) continue;
     let yaml: Uint8Array;
-    try { yaml = await readFile(join(sub, CAPSULEFILE_YAML)); } catch { continue; }
+    try {
+      yaml = await readFile(join(sub, CAPSULEFILE_YAML));
+    } catch {
+      continue;
+    }
     const parsed = parseCapsulefileYaml(yaml, `${name}/${CAPSULEFILE_YAML}`);
     const files = [];
     for (const f of parsed.files) {

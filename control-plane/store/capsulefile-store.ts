@@ -22,23 +22,40 @@ import { after, all, liveUsers, num, page, run } from './sql.js';
 
 function toCapsulefile(r: CapsulefileRow): Capsulefile {
   return {
-    id: r.id, owner: r.owner, is_system: r.owner === SYSTEM_OWNER, status: r.status === 'finalized' ? 'finalized' : 'draft',
+    id: r.id,
+    owner: r.owner,
+    is_system: r.owner === SYSTEM_OWNER,
+    status: r.status === 'finalized' ? 'finalized' : 'draft',
     definition: JSON.parse(r.definition) as CapsulefileDefinition,
-    content_hash: r.content_hash, size_bytes: r.size_bytes === null ? null : num(r.size_bytes),
-    file_count: r.file_count === null ? null : num(r.file_count), finalized_at: r.finalized_at, created_at: r.created_at,
+    content_hash: r.content_hash,
+    size_bytes: r.size_bytes === null ? null : num(r.size_bytes),
+    file_count: r.file_count === null ? null : num(r.file_count),
+    finalized_at: r.finalized_at,
+    created_at: r.created_at,
   };
 }
 
 function toRow(c: Capsulefile): CapsulefileRow {
   return {
-    id: c.id, owner: c.owner, name: c.definition.name, status: c.status, definition: JSON.stringify(c.definition),
-    content_hash: c.content_hash, size_bytes: c.size_bytes, file_count: c.file_count, finalized_at: c.finalized_at, created_at: c.created_at,
+    id: c.id,
+    owner: c.owner,
+    name: c.definition.name,
+    status: c.status,
+    definition: JSON.stringify(c.definition),
+    content_hash: c.content_hash,
+    size_bytes: c.size_bytes,
+    file_count: c.file_count,
+    finalized_at: c.finalized_at,
+    created_at: c.created_at,
   };
 }
 
 function nameConflict(e: unknown): never {
   if (e instanceof UniqueConstraintViolationException) {
-    throw new ApiError('resource_conflict', 'name: a Capsulefile with this name already exists in this account', { cause: e, extra: { field: 'name' } });
+    throw new ApiError('resource_conflict', 'name: a Capsulefile with this name already exists in this account', {
+      cause: e,
+      extra: { field: 'name' },
+    });
   }
   throw e;
 }
@@ -46,7 +63,9 @@ function nameConflict(e: unknown): never {
 export class SqlCapsulefileStore implements CapsulefileStore {
   constructor(private readonly orm: Orm) {}
 
-  private em(): SqlEntityManager { return this.orm.em.fork() as SqlEntityManager; }
+  private em(): SqlEntityManager {
+    return this.orm.em.fork() as SqlEntityManager;
+  }
   /** Locks the row for the rest of the transaction; true when it exists in `status` (any when null). */
   private async lock(em: SqlEntityManager, id: string, status: string | null): Promise<boolean> {
     const sql = `update "capsulefiles" set "status" = "status" where "id" = ?${status === null ? '' : ' and "status" = ?'}`;
@@ -59,13 +78,17 @@ export class SqlCapsulefileStore implements CapsulefileStore {
         if (maxPerOwner !== null) {
           // The account row is the per-owner lock: concurrent creates count one after another.
           await run(em, 'update "accounts" set "customer_id" = "customer_id" where "customer_id" = ?', [c.owner]);
-          const [row] = await all<{ n: unknown }>(em, 'select count(*) as "n" from "capsulefiles" where "owner" = ?', [c.owner]);
+          const [row] = await all<{ n: unknown }>(em, 'select count(*) as "n" from "capsulefiles" where "owner" = ?', [
+            c.owner,
+          ]);
           if (num(row?.n ?? 0) >= maxPerOwner) return false;
         }
         await em.insert(CapsulefileEntity, toRow(c));
         return true;
       });
-    } catch (e) { nameConflict(e); }
+    } catch (e) {
+      nameConflict(e);
+    }
   }
 
   async getCapsulefile(id: string): Promise<Capsulefile | null> {
@@ -75,29 +98,49 @@ export class SqlCapsulefileStore implements CapsulefileStore {
 
   async listCapsulefiles(owner: string, limit: number, cursor: string | null): Promise<CapsulefilePage> {
     // Keyset paging, newest first; the cursor is the last row's (created_at, id).
-    const rows = await this.em().find(CapsulefileEntity, { owner: { $in: [owner, SYSTEM_OWNER] }, ...after(cursor, 'desc') } as never,
-      { orderBy: { created_at: 'desc', id: 'desc' }, limit: limit + 1 });
+    const rows = await this.em().find(
+      CapsulefileEntity,
+      { owner: { $in: [owner, SYSTEM_OWNER] }, ...after(cursor, 'desc') } as never,
+      { orderBy: { created_at: 'desc', id: 'desc' }, limit: limit + 1 },
+    );
     return page(rows.map(toCapsulefile), limit);
   }
 
   async updateDraft(id: string, definition: CapsulefileDefinition): Promise<boolean> {
     try {
-      return (await this.em().nativeUpdate(CapsulefileEntity, { id, status: 'draft' },
-        { name: definition.name, definition: JSON.stringify(definition) })) === 1;
-    } catch (e) { nameConflict(e); }
+      return (
+        (await this.em().nativeUpdate(
+          CapsulefileEntity,
+          { id, status: 'draft' },
+          { name: definition.name, definition: JSON.stringify(definition) },
+        )) === 1
+      );
+    } catch (e) {
+      nameConflict(e);
+    }
   }
 
-  async putFile(id: string, file: CapsulefileFileBytes, bounds: { maxFiles: number; maxTotalBytes: number }): Promise<'ok' | 'not_draft' | 'limit'> {
+  async putFile(
+    id: string,
+    file: CapsulefileFileBytes,
+    bounds: { maxFiles: number; maxTotalBytes: number },
+  ): Promise<'ok' | 'not_draft' | 'limit'> {
     return this.em().transactional(async (em) => {
       if (!(await this.lock(em, id, 'draft'))) return 'not_draft';
-      const [agg] = await all<{ n: unknown; total: unknown }>(em,
+      const [agg] = await all<{ n: unknown; total: unknown }>(
+        em,
         'select count(*) as "n", coalesce(sum("size_bytes"), 0) as "total" from "capsulefile_files" where "capsulefile_id" = ? and "filename" <> ?',
-        [id, file.filename]);
-      if (num(agg?.n ?? 0) + 1 > bounds.maxFiles || num(agg?.total ?? 0) + file.size_bytes > bounds.maxTotalBytes) return 'limit';
+        [id, file.filename],
+      );
+      if (num(agg?.n ?? 0) + 1 > bounds.maxFiles || num(agg?.total ?? 0) + file.size_bytes > bounds.maxTotalBytes)
+        return 'limit';
       // Same name in a draft: the new bytes replace the old ones.
       await em.nativeDelete(CapsulefileFileEntity, { capsulefile_id: id, filename: file.filename });
       await em.insert(CapsulefileFileEntity, {
-        capsulefile_id: id, filename: file.filename, size_bytes: file.size_bytes, sha512: file.sha512,
+        capsulefile_id: id,
+        filename: file.filename,
+        size_bytes: file.size_bytes,
+        sha512: file.sha512,
         content_b64: Buffer.from(file.bytes).toString('base64'),
       });
       return 'ok';
@@ -110,23 +153,51 @@ export class SqlCapsulefileStore implements CapsulefileStore {
   }
 
   async filesWithBytes(id: string): Promise<CapsulefileFileBytes[]> {
-    const rows = await this.em().find(CapsulefileFileEntity, { capsulefile_id: id }, { orderBy: { filename: 'asc' }, populate: ['content_b64'] as never });
-    return rows.map((r) => ({ filename: r.filename, size_bytes: num(r.size_bytes), sha512: r.sha512, bytes: Buffer.from(r.content_b64, 'base64') }));
+    const rows = await this.em().find(
+      CapsulefileFileEntity,
+      { capsulefile_id: id },
+      { orderBy: { filename: 'asc' }, populate: ['content_b64'] as never },
+    );
+    return rows.map((r) => ({
+      filename: r.filename,
+      size_bytes: num(r.size_bytes),
+      sha512: r.sha512,
+      bytes: Buffer.from(r.content_b64, 'base64'),
+    }));
   }
 
   async finalize(id: string, at: string, compute: FinalizeFn): Promise<Capsulefile | null> {
     return this.em().transactional(async (em) => {
-      const moved = await run(em, `update "capsulefiles" set "status" = 'finalized', "finalized_at" = ? where "id" = ? and "status" = 'draft'`, [at, id]);
+      const moved = await run(
+        em,
+        `update "capsulefiles" set "status" = 'finalized', "finalized_at" = ? where "id" = ? and "status" = 'draft'`,
+        [at, id],
+      );
       if (moved !== 1) return null;
       const row = await em.findOne(CapsulefileEntity, { id }, { refresh: true });
       if (!row) return null;
-      const files = (await all<{ filename: string; size_bytes: unknown; sha512: string }>(em,
-        'select "filename", "size_bytes", "sha512" from "capsulefile_files" where "capsulefile_id" = ?', [id]))
-        .map((f) => ({ filename: f.filename, size_bytes: num(f.size_bytes), sha512: f.sha512 }));
+      const files = (
+        await all<{ filename: string; size_bytes: unknown; sha512: string }>(
+          em,
+          'select "filename", "size_bytes", "sha512" from "capsulefile_files" where "capsulefile_id" = ?',
+          [id],
+        )
+      ).map((f) => ({ filename: f.filename, size_bytes: num(f.size_bytes), sha512: f.sha512 }));
       const r = compute(JSON.parse(row.definition) as CapsulefileDefinition, files);
-      await run(em, 'update "capsulefiles" set "content_hash" = ?, "size_bytes" = ?, "file_count" = ? where "id" = ?',
-        [r.content_hash, r.size_bytes, r.file_count, id]);
-      return toCapsulefile({ ...row, status: 'finalized', finalized_at: at, content_hash: r.content_hash, size_bytes: r.size_bytes, file_count: r.file_count });
+      await run(em, 'update "capsulefiles" set "content_hash" = ?, "size_bytes" = ?, "file_count" = ? where "id" = ?', [
+        r.content_hash,
+        r.size_bytes,
+        r.file_count,
+        id,
+      ]);
+      return toCapsulefile({
+        ...row,
+        status: 'finalized',
+        finalized_at: at,
+        content_hash: r.content_hash,
+        size_bytes: r.size_bytes,
+        file_count: r.file_count,
+      });
     });
   }
 
@@ -159,7 +230,10 @@ export class SqlCapsulefileStore implements CapsulefileStore {
           await em.insert(CapsulefileEntity, toRow(capsulefile));
           for (const f of files) {
             await em.insert(CapsulefileFileEntity, {
-              capsulefile_id: capsulefile.id, filename: f.filename, size_bytes: f.size_bytes, sha512: f.sha512,
+              capsulefile_id: capsulefile.id,
+              filename: f.filename,
+              size_bytes: f.size_bytes,
+              sha512: f.sha512,
               content_b64: Buffer.from(f.bytes).toString('base64'),
             });
           }

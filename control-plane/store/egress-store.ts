@@ -6,26 +6,47 @@ import { UniqueConstraintViolationException } from '@mikro-orm/core';
 import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ApiError } from '../../shared/errors.js';
 import type {
-  EgressProfile, EgressProfilePage, EgressProfileStore, EgressRule, EgressRuleKind, EgressRulePage, ProfileDeleteOutcome,
+  EgressProfile,
+  EgressProfilePage,
+  EgressProfileStore,
+  EgressRule,
+  EgressRuleKind,
+  EgressRulePage,
+  ProfileDeleteOutcome,
 } from '../domain/index.js';
 import { EgressProfileEntity, EgressRuleEntity, type EgressProfileRow, type EgressRuleRow } from './entities.js';
 import type { Orm } from './orm.js';
 import { after, all, liveUsers, num, page, run } from './sql.js';
 
-const toProfile = (r: EgressProfileRow): EgressProfile =>
-  ({ id: r.id, customer_id: r.customer_id, name: r.name, description: r.description, created_at: r.created_at });
-const toRule = (r: EgressRuleRow): EgressRule =>
-  ({ id: r.id, profile_id: r.profile_id, customer_id: r.customer_id, kind: r.kind as EgressRuleKind, value: r.value, port: num(r.port), created_at: r.created_at });
+const toProfile = (r: EgressProfileRow): EgressProfile => ({
+  id: r.id,
+  customer_id: r.customer_id,
+  name: r.name,
+  description: r.description,
+  created_at: r.created_at,
+});
+const toRule = (r: EgressRuleRow): EgressRule => ({
+  id: r.id,
+  profile_id: r.profile_id,
+  customer_id: r.customer_id,
+  kind: r.kind as EgressRuleKind,
+  value: r.value,
+  port: num(r.port),
+  created_at: r.created_at,
+});
 
 function conflict(e: unknown, field: string, message: string): never {
-  if (e instanceof UniqueConstraintViolationException) throw new ApiError('resource_conflict', `${field}: ${message}`, { cause: e, extra: { field } });
+  if (e instanceof UniqueConstraintViolationException)
+    throw new ApiError('resource_conflict', `${field}: ${message}`, { cause: e, extra: { field } });
   throw e;
 }
 
 export class SqlEgressProfileStore implements EgressProfileStore {
   constructor(private readonly orm: Orm) {}
 
-  private em(): SqlEntityManager { return this.orm.em.fork() as SqlEntityManager; }
+  private em(): SqlEntityManager {
+    return this.orm.em.fork() as SqlEntityManager;
+  }
 
   /** Locks the profile row for the rest of the transaction (a no-op UPDATE); 1 when it exists. */
   private lockProfile(em: SqlEntityManager, id: string): Promise<number> {
@@ -33,7 +54,11 @@ export class SqlEgressProfileStore implements EgressProfileStore {
   }
 
   async insertProfile(p: EgressProfile): Promise<void> {
-    try { await this.em().insert(EgressProfileEntity, { ...p }); } catch (e) { conflict(e, 'name', 'an egress profile with this name already exists in this account'); }
+    try {
+      await this.em().insert(EgressProfileEntity, { ...p });
+    } catch (e) {
+      conflict(e, 'name', 'an egress profile with this name already exists in this account');
+    }
   }
 
   async getProfile(id: string): Promise<EgressProfile | null> {
@@ -48,18 +73,28 @@ export class SqlEgressProfileStore implements EgressProfileStore {
 
   async listProfiles(customerId: string, limit: number, cursor: string | null): Promise<EgressProfilePage> {
     // Newest first, like the other lists.
-    const rows = await this.em().find(EgressProfileEntity, { customer_id: customerId, ...after(cursor, 'desc') } as never,
-      { orderBy: { created_at: 'desc', id: 'desc' }, limit: limit + 1 });
+    const rows = await this.em().find(
+      EgressProfileEntity,
+      { customer_id: customerId, ...after(cursor, 'desc') } as never,
+      { orderBy: { created_at: 'desc', id: 'desc' }, limit: limit + 1 },
+    );
     return page(rows.map(toProfile), limit);
   }
 
   async updateProfile(id: string, set: { name?: string; description?: string }): Promise<EgressProfile | null> {
     if (set.name !== undefined || set.description !== undefined) {
       try {
-        await this.em().nativeUpdate(EgressProfileEntity, { id }, {
-          ...(set.name !== undefined ? { name: set.name } : {}), ...(set.description !== undefined ? { description: set.description } : {}),
-        });
-      } catch (e) { conflict(e, 'name', 'an egress profile with this name already exists in this account'); }
+        await this.em().nativeUpdate(
+          EgressProfileEntity,
+          { id },
+          {
+            ...(set.name !== undefined ? { name: set.name } : {}),
+            ...(set.description !== undefined ? { description: set.description } : {}),
+          },
+        );
+      } catch (e) {
+        conflict(e, 'name', 'an egress profile with this name already exists in this account');
+      }
     }
     return this.getProfile(id);
   }
@@ -79,12 +114,18 @@ export class SqlEgressProfileStore implements EgressProfileStore {
       return await this.em().transactional(async (em) => {
         // Locked like deleteProfile: a rule never lands on a profile being deleted, and concurrent adds count in turn.
         if ((await this.lockProfile(em, r.profile_id)) !== 1) return 'missing';
-        const rows = await all<{ n: unknown }>(em, 'select count(*) as "n" from "egress_rules" where "profile_id" = ?', [r.profile_id]);
+        const rows = await all<{ n: unknown }>(
+          em,
+          'select count(*) as "n" from "egress_rules" where "profile_id" = ?',
+          [r.profile_id],
+        );
         if (num(rows[0]?.n ?? 0) >= maxPerProfile) return 'limit';
         await em.insert(EgressRuleEntity, { ...r });
         return 'ok';
       });
-    } catch (e) { conflict(e, 'value', 'this profile already has a rule with this kind, value and port'); }
+    } catch (e) {
+      conflict(e, 'value', 'this profile already has a rule with this kind, value and port');
+    }
   }
 
   async getRule(id: string): Promise<EgressRule | null> {
@@ -92,15 +133,29 @@ export class SqlEgressProfileStore implements EgressProfileStore {
     return r ? toRule(r) : null;
   }
 
-  async listRules(customerId: string, profileId: string | null, limit: number, cursor: string | null): Promise<EgressRulePage> {
+  async listRules(
+    customerId: string,
+    profileId: string | null,
+    limit: number,
+    cursor: string | null,
+  ): Promise<EgressRulePage> {
     // Oldest first: the order rules were added.
-    const where = { customer_id: customerId, ...(profileId !== null ? { profile_id: profileId } : {}), ...after(cursor, 'asc') };
-    const rows = await this.em().find(EgressRuleEntity, where as never, { orderBy: { created_at: 'asc', id: 'asc' }, limit: limit + 1 });
+    const where = {
+      customer_id: customerId,
+      ...(profileId !== null ? { profile_id: profileId } : {}),
+      ...after(cursor, 'asc'),
+    };
+    const rows = await this.em().find(EgressRuleEntity, where as never, {
+      orderBy: { created_at: 'asc', id: 'asc' },
+      limit: limit + 1,
+    });
     return page(rows.map(toRule), limit);
   }
 
   async allRules(profileId: string): Promise<EgressRule[]> {
-    return (await this.em().find(EgressRuleEntity, { profile_id: profileId }, { orderBy: { created_at: 'asc', id: 'asc' } })).map(toRule);
+    return (
+      await this.em().find(EgressRuleEntity, { profile_id: profileId }, { orderBy: { created_at: 'asc', id: 'asc' } })
+    ).map(toRule);
   }
 
   async deleteRule(id: string): Promise<boolean> {

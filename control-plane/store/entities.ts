@@ -4,12 +4,19 @@
 import { EntitySchema } from '@mikro-orm/core';
 
 export interface AccountRow {
-  customer_id: string; email: string; tier: string; jurisdiction: string;
-  created_at: string; billing_cycle_start: string;
-  capsules_used: number; cdps_used: number; live_capsules: number;
+  customer_id: string;
+  email: string;
+  tier: string;
+  jurisdiction: string;
+  created_at: string;
+  billing_cycle_start: string;
+  capsules_used: number;
+  cdps_used: number;
+  live_capsules: number;
 }
 export const AccountEntity = new EntitySchema<AccountRow>({
-  name: 'AccountRow', tableName: 'accounts',
+  name: 'AccountRow',
+  tableName: 'accounts',
   properties: {
     customer_id: { type: 'string', primary: true },
     email: { type: 'string', unique: true },
@@ -23,9 +30,16 @@ export const AccountEntity = new EntitySchema<AccountRow>({
   },
 });
 
-export interface ApiKeyRow { key_hash: string; customer_id: string; mode: string; created_at: string; revoked: number }
+export interface ApiKeyRow {
+  key_hash: string;
+  customer_id: string;
+  mode: string;
+  created_at: string;
+  revoked: number;
+}
 export const ApiKeyEntity = new EntitySchema<ApiKeyRow>({
-  name: 'ApiKeyRow', tableName: 'api_keys',
+  name: 'ApiKeyRow',
+  tableName: 'api_keys',
   properties: {
     key_hash: { type: 'string', primary: true },
     customer_id: { type: 'string' },
@@ -36,14 +50,28 @@ export const ApiKeyEntity = new EntitySchema<ApiKeyRow>({
 });
 
 export interface CapsuleRow {
-  id: string; customer_id: string; status: string; api_form: string; ttl_seconds: number;
-  created_at: string; expires_at: string; data_classification: string; jurisdiction: string;
-  capsulefile_id: string | null; metadata: string; execution_count: number; bytes_processed: number;
-  destroyed_at: string | null; billable: number; activity_seq: number; capsulefile_content_hash: string | null;
+  id: string;
+  customer_id: string;
+  status: string;
+  api_form: string;
+  ttl_seconds: number;
+  created_at: string;
+  expires_at: string;
+  data_classification: string;
+  jurisdiction: string;
+  capsulefile_id: string | null;
+  metadata: string;
+  execution_count: number;
+  bytes_processed: number;
+  destroyed_at: string | null;
+  billable: number;
+  activity_seq: number;
+  capsulefile_content_hash: string | null;
   egress_profile_id: string | null;
 }
 export const CapsuleEntity = new EntitySchema<CapsuleRow>({
-  name: 'CapsuleRow', tableName: 'capsules',
+  name: 'CapsuleRow',
+  tableName: 'capsules',
   properties: {
     id: { type: 'string', primary: true },
     customer_id: { type: 'string' },
@@ -66,9 +94,16 @@ export const CapsuleEntity = new EntitySchema<CapsuleRow>({
   },
 });
 
-export interface ActivityRow { capsule_id: string; seq: number; type: string; at: string; fields: string }
+export interface ActivityRow {
+  capsule_id: string;
+  seq: number;
+  type: string;
+  at: string;
+  fields: string;
+}
 export const ActivityEntity = new EntitySchema<ActivityRow>({
-  name: 'ActivityRow', tableName: 'activity_events',
+  name: 'ActivityRow',
+  tableName: 'activity_events',
   properties: {
     capsule_id: { type: 'string', primary: true },
     seq: { type: 'integer', primary: true },
@@ -79,11 +114,17 @@ export const ActivityEntity = new EntitySchema<ActivityRow>({
 });
 
 export interface ProofRow {
-  proof_id: string; capsule_id: string; customer_id: string; record: string;
-  response: string | null; partial: number; created_at: string;
+  proof_id: string;
+  capsule_id: string;
+  customer_id: string;
+  record: string;
+  response: string | null;
+  partial: number;
+  created_at: string;
 }
 export const ProofEntity = new EntitySchema<ProofRow>({
-  name: 'ProofRow', tableName: 'proofs',
+  name: 'ProofRow',
+  tableName: 'proofs',
   properties: {
     proof_id: { type: 'string', primary: true },
     capsule_id: { type: 'string', unique: true },
@@ -96,10 +137,15 @@ export const ProofEntity = new EntitySchema<ProofRow>({
 });
 
 export interface KeyRow {
-  key_id: string; public_key: string; created_at: string; signing_authority_id: string; signing_key_version: number;
+  key_id: string;
+  public_key: string;
+  created_at: string;
+  signing_authority_id: string;
+  signing_key_version: number;
 }
 export const KeyEntity = new EntitySchema<KeyRow>({
-  name: 'KeyRow', tableName: 'signing_keys',
+  name: 'KeyRow',
+  tableName: 'signing_keys',
   properties: {
     key_id: { type: 'string', primary: true },
     public_key: { type: 'string' },
@@ -110,11 +156,18 @@ export const KeyEntity = new EntitySchema<KeyRow>({
 });
 
 export interface IdempotencyRow {
-  customer_id: string; idem_key: string; request_hash: string; state: string;
-  status: number | null; body: string | null; headers: string | null; created_at: string;
+  customer_id: string;
+  idem_key: string;
+  request_hash: string;
+  state: string;
+  status: number | null;
+  body: string | null;
+  headers: string | null;
+  created_at: string;
 }
 export const IdempotencyEntity = new EntitySchema<IdempotencyRow>({
-  name: 'IdempotencyRow', tableName: 'idempotency_keys',
+  name: 'IdempotencyRow',
+  tableName: 'idempotency_keys',
   properties: {
     customer_id: { type: 'string', primary: true },
     idem_key: { type: 'string', primary: true },
@@ -127,9 +180,18 @@ export const IdempotencyEntity = new EntitySchema<IdempotencyRow>({
   },
 });
 
-export interface ContactRow { id: string; email: string; name: string | null; company: string | null; message: string; source: string | null; created_at: string }
+export interface ContactRow {
+  id: string;
+  email: string;
+  name: string | null;
+  company: string | null;
+  message: string;
+  source: string | null;
+  created_at: string;
+}
 export const ContactEntity = new EntitySchema<ContactRow>({
-  name: 'ContactRow', tableName: 'contact_messages',
+  name: 'ContactRow',
+  tableName: 'contact_messages',
   properties: {
     id: { type: 'string', primary: true },
     email: { type: 'string' },
@@ -142,11 +204,20 @@ export const ContactEntity = new EntitySchema<ContactRow>({
 });
 
 export interface CapsulefileRow {
-  id: string; owner: string; name: string; status: string; definition: string; content_hash: string | null;
-  size_bytes: number | null; file_count: number | null; finalized_at: string | null; created_at: string;
+  id: string;
+  owner: string;
+  name: string;
+  status: string;
+  definition: string;
+  content_hash: string | null;
+  size_bytes: number | null;
+  file_count: number | null;
+  finalized_at: string | null;
+  created_at: string;
 }
 export const CapsulefileEntity = new EntitySchema<CapsulefileRow>({
-  name: 'CapsulefileRow', tableName: 'capsulefiles',
+  name: 'CapsulefileRow',
+  tableName: 'capsulefiles',
   properties: {
     id: { type: 'string', primary: true },
     owner: { type: 'string' },
@@ -162,9 +233,16 @@ export const CapsulefileEntity = new EntitySchema<CapsulefileRow>({
 });
 
 /** File bytes are stored base64 in a text column: one portable type on both drivers. */
-export interface CapsulefileFileRow { capsulefile_id: string; filename: string; size_bytes: number; sha512: string; content_b64: string }
+export interface CapsulefileFileRow {
+  capsulefile_id: string;
+  filename: string;
+  size_bytes: number;
+  sha512: string;
+  content_b64: string;
+}
 export const CapsulefileFileEntity = new EntitySchema<CapsulefileFileRow>({
-  name: 'CapsulefileFileRow', tableName: 'capsulefile_files',
+  name: 'CapsulefileFileRow',
+  tableName: 'capsulefile_files',
   properties: {
     capsulefile_id: { type: 'string', primary: true },
     filename: { type: 'string', primary: true },
@@ -174,9 +252,16 @@ export const CapsulefileFileEntity = new EntitySchema<CapsulefileFileRow>({
   },
 });
 
-export interface EgressProfileRow { id: string; customer_id: string; name: string; description: string; created_at: string }
+export interface EgressProfileRow {
+  id: string;
+  customer_id: string;
+  name: string;
+  description: string;
+  created_at: string;
+}
 export const EgressProfileEntity = new EntitySchema<EgressProfileRow>({
-  name: 'EgressProfileRow', tableName: 'egress_profiles',
+  name: 'EgressProfileRow',
+  tableName: 'egress_profiles',
   properties: {
     id: { type: 'string', primary: true },
     customer_id: { type: 'string' },
@@ -186,9 +271,18 @@ export const EgressProfileEntity = new EntitySchema<EgressProfileRow>({
   },
 });
 
-export interface EgressRuleRow { id: string; profile_id: string; customer_id: string; kind: string; value: string; port: number; created_at: string }
+export interface EgressRuleRow {
+  id: string;
+  profile_id: string;
+  customer_id: string;
+  kind: string;
+  value: string;
+  port: number;
+  created_at: string;
+}
 export const EgressRuleEntity = new EntitySchema<EgressRuleRow>({
-  name: 'EgressRuleRow', tableName: 'egress_rules',
+  name: 'EgressRuleRow',
+  tableName: 'egress_rules',
   properties: {
     id: { type: 'string', primary: true },
     profile_id: { type: 'string' },
@@ -200,4 +294,17 @@ export const EgressRuleEntity = new EntitySchema<EgressRuleRow>({
   },
 });
 
-export const ENTITIES = [EgressProfileEntity, EgressRuleEntity, CapsulefileEntity, CapsulefileFileEntity, ContactEntity, AccountEntity, ApiKeyEntity, CapsuleEntity, ActivityEntity, ProofEntity, KeyEntity, IdempotencyEntity];
+export const ENTITIES = [
+  EgressProfileEntity,
+  EgressRuleEntity,
+  CapsulefileEntity,
+  CapsulefileFileEntity,
+  ContactEntity,
+  AccountEntity,
+  ApiKeyEntity,
+  CapsuleEntity,
+  ActivityEntity,
+  ProofEntity,
+  KeyEntity,
+  IdempotencyEntity,
+];

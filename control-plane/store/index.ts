@@ -14,7 +14,13 @@ export async function openStore(db: DbConfig): Promise<Store> {
 }
 
 /** Every store over one database connection (closing `store` closes all). */
-export async function openStores(db: DbConfig): Promise<{ store: Store; capsulefiles: CapsulefileStore; egressProfiles: EgressProfileStore }> {
+export async function openStores(
+  db: DbConfig,
+): Promise<{ store: Store; capsulefiles: CapsulefileStore; egressProfiles: EgressProfileStore }> {
   const orm = await openOrm(db);
-  return { store: new SqlStore(orm), capsulefiles: new SqlCapsulefileStore(orm), egressProfiles: new SqlEgressProfileStore(orm) };
+  return {
+    store: new SqlStore(orm),
+    capsulefiles: new SqlCapsulefileStore(orm),
+    egressProfiles: new SqlEgressProfileStore(orm),
+  };
 }

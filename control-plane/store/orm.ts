@@ -8,14 +8,21 @@ import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ENTITIES } from './entities.js';
 import { MIGRATIONS } from './migrations.js';
 
-export type DbConfig = { driver: 'sqlite'; file: string; synchronous?: 'full' | 'normal' } | { driver: 'postgresql'; url: string };
+export type DbConfig =
+  { driver: 'sqlite'; file: string; synchronous?: 'full' | 'normal' } | { driver: 'postgresql'; url: string };
 export type Orm = CoreORM & { em: SqlEntityManager };
 
 export async function openOrm(db: DbConfig): Promise<Orm> {
   const common = {
     entities: ENTITIES,
     extensions: [Migrator],
-    migrations: { migrationsList: MIGRATIONS, snapshot: false, snapshotOnMigrate: false, silent: true, tableName: 'schema_migrations' },
+    migrations: {
+      migrationsList: MIGRATIONS,
+      snapshot: false,
+      snapshotOnMigrate: false,
+      silent: true,
+      tableName: 'schema_migrations',
+    },
     debug: false,
     allowGlobalContext: false,
     ensureDatabase: false,
@@ -30,7 +37,9 @@ export async function openOrm(db: DbConfig): Promise<Orm> {
     await orm.em.getConnection().execute('pragma busy_timeout = 5000', [], 'all');
     // WAL + NORMAL: a commit survives a process crash (SIGKILL) but the last
     // commits may roll back on power loss; FULL syncs every commit (slower).
-    await orm.em.getConnection().execute(`pragma synchronous = ${db.synchronous === 'full' ? 'full' : 'normal'}`, [], 'all');
+    await orm.em
+      .getConnection()
+      .execute(`pragma synchronous = ${db.synchronous === 'full' ? 'full' : 'normal'}`, [], 'all');
     await orm.em.getConnection().execute('pragma foreign_keys = on', [], 'all');
   } else {
     const { MikroORM } = await import('@mikro-orm/postgresql');

@@ -6,12 +6,36 @@ import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ApiError } from '../../shared/errors.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 import type {
-  ActivitySide, Account, Capsule, InsertCapsuleOutcome, CapsulePage, CapsuleStatus, ContactMessage, Destruction, IdempotencyClaim, IdempotentResponse, KeyRecord, Limits,
-  NewAccount, ReserveOutcome, Store, StoredProof, Tier,
+  ActivitySide,
+  Account,
+  Capsule,
+  InsertCapsuleOutcome,
+  CapsulePage,
+  CapsuleStatus,
+  ContactMessage,
+  Destruction,
+  IdempotencyClaim,
+  IdempotentResponse,
+  KeyRecord,
+  Limits,
+  NewAccount,
+  ReserveOutcome,
+  Store,
+  StoredProof,
+  Tier,
 } from '../domain/index.js';
 import {
-  AccountEntity, ActivityEntity, ContactEntity, ApiKeyEntity, CapsuleEntity, IdempotencyEntity, KeyEntity, ProofEntity,
-  type AccountRow, type CapsuleRow, type ProofRow,
+  AccountEntity,
+  ActivityEntity,
+  ContactEntity,
+  ApiKeyEntity,
+  CapsuleEntity,
+  IdempotencyEntity,
+  KeyEntity,
+  ProofEntity,
+  type AccountRow,
+  type CapsuleRow,
+  type ProofRow,
 } from './entities.js';
 import type { Orm } from './orm.js';
 import { after, num, page, run } from './sql.js';
@@ -19,30 +43,49 @@ import { LIVE_STATUSES } from '../domain/index.js';
 
 function toAccount(r: AccountRow): Account {
   return {
-    customer_id: r.customer_id, email: r.email, tier: r.tier as Tier, jurisdiction: r.jurisdiction as Account['jurisdiction'],
-    created_at: r.created_at, billing_cycle_start: r.billing_cycle_start,
-    capsules_used_this_month: num(r.capsules_used), cdps_this_cycle: num(r.cdps_used), live_capsules: num(r.live_capsules),
+    customer_id: r.customer_id,
+    email: r.email,
+    tier: r.tier as Tier,
+    jurisdiction: r.jurisdiction as Account['jurisdiction'],
+    created_at: r.created_at,
+    billing_cycle_start: r.billing_cycle_start,
+    capsules_used_this_month: num(r.capsules_used),
+    cdps_this_cycle: num(r.cdps_used),
+    live_capsules: num(r.live_capsules),
   };
 }
 
 function toCapsule(r: CapsuleRow): Capsule {
   return {
-    id: r.id, customer_id: r.customer_id, status: r.status as CapsuleStatus, api_form: r.api_form as Capsule['api_form'],
-    ttl_seconds: num(r.ttl_seconds), created_at: r.created_at, expires_at: r.expires_at,
+    id: r.id,
+    customer_id: r.customer_id,
+    status: r.status as CapsuleStatus,
+    api_form: r.api_form as Capsule['api_form'],
+    ttl_seconds: num(r.ttl_seconds),
+    created_at: r.created_at,
+    expires_at: r.expires_at,
     data_classification: r.data_classification as Capsule['data_classification'],
-    jurisdiction: r.jurisdiction as Capsule['jurisdiction'], capsulefile_id: r.capsulefile_id,
-    capsulefile_content_hash: r.capsulefile_content_hash ?? null, egress_profile_id: r.egress_profile_id ?? null,
-    metadata: JSON.parse(r.metadata) as Record<string, string>, execution_count: num(r.execution_count),
-    bytes_processed: num(r.bytes_processed), destroyed_at: r.destroyed_at, billable: num(r.billable) === 1,
+    jurisdiction: r.jurisdiction as Capsule['jurisdiction'],
+    capsulefile_id: r.capsulefile_id,
+    capsulefile_content_hash: r.capsulefile_content_hash ?? null,
+    egress_profile_id: r.egress_profile_id ?? null,
+    metadata: JSON.parse(r.metadata) as Record<string, string>,
+    execution_count: num(r.execution_count),
+    bytes_processed: num(r.bytes_processed),
+    destroyed_at: r.destroyed_at,
+    billable: num(r.billable) === 1,
   };
 }
 
 function toProof(r: ProofRow): StoredProof {
   return {
-    proof_id: r.proof_id, capsule_id: r.capsule_id, customer_id: r.customer_id,
+    proof_id: r.proof_id,
+    capsule_id: r.capsule_id,
+    customer_id: r.customer_id,
     record: JSON.parse(r.record) as Record<string, unknown>,
-    response: r.response === null ? null : JSON.parse(r.response) as Record<string, unknown>,
-    partial: num(r.partial) === 1, created_at: r.created_at,
+    response: r.response === null ? null : (JSON.parse(r.response) as Record<string, unknown>),
+    partial: num(r.partial) === 1,
+    created_at: r.created_at,
   };
 }
 
@@ -54,32 +97,60 @@ function conflict(e: unknown, message: string): never {
 export class SqlStore implements Store {
   constructor(private readonly orm: Orm) {}
 
-  private em(): SqlEntityManager { return this.orm.em.fork() as SqlEntityManager; }
-  private run(sql: string, params: unknown[], em: SqlEntityManager = this.em()): Promise<number> { return run(em, sql, params); }
+  private em(): SqlEntityManager {
+    return this.orm.em.fork() as SqlEntityManager;
+  }
+  private run(sql: string, params: unknown[], em: SqlEntityManager = this.em()): Promise<number> {
+    return run(em, sql, params);
+  }
 
-  async ping(): Promise<void> { await this.em().getConnection().execute('select 1 as ok', [], 'all'); }
-  async close(): Promise<void> { await this.orm.close(true); }
+  async ping(): Promise<void> {
+    await this.em().getConnection().execute('select 1 as ok', [], 'all');
+  }
+  async close(): Promise<void> {
+    await this.orm.close(true);
+  }
 
   // ---- accounts
   async createAccount(a: NewAccount): Promise<Account> {
     const row: AccountRow = {
-      customer_id: a.customer_id, email: a.email, tier: a.tier, jurisdiction: a.jurisdiction,
-      created_at: a.created_at, billing_cycle_start: a.billing_cycle_start, capsules_used: 0, cdps_used: 0, live_capsules: 0,
+      customer_id: a.customer_id,
+      email: a.email,
+      tier: a.tier,
+      jurisdiction: a.jurisdiction,
+      created_at: a.created_at,
+      billing_cycle_start: a.billing_cycle_start,
+      capsules_used: 0,
+      cdps_used: 0,
+      live_capsules: 0,
     };
     try {
       await this.em().transactional(async (em) => {
         await em.insert(AccountEntity, row);
-        await em.insert(ApiKeyEntity, { key_hash: a.key_hash, customer_id: a.customer_id, mode: a.key_mode, created_at: a.created_at, revoked: 0 });
+        await em.insert(ApiKeyEntity, {
+          key_hash: a.key_hash,
+          customer_id: a.customer_id,
+          mode: a.key_mode,
+          created_at: a.created_at,
+          revoked: 0,
+        });
       });
-    } catch (e) { conflict(e, 'email: an account with this email already exists'); }
+    } catch (e) {
+      conflict(e, 'email: an account with this email already exists');
+    }
     return toAccount(row);
   }
 
   async findCallerByKeyHash(hash: string): Promise<{ account: Account; key_mode: 'live' | 'test' } | null> {
     // One round trip per authenticated request.
-    const rows = await this.em().getConnection().execute<(AccountRow & { mode: string })[]>(
-      `select a.*, k."mode" from "api_keys" k join "accounts" a on a."customer_id" = k."customer_id"
-       where k."key_hash" = ? and k."revoked" = 0`, [hash], 'all');
+    const rows = await this.em()
+      .getConnection()
+      .execute<(AccountRow & { mode: string })[]>(
+        `select a.*, k."mode" from "api_keys" k join "accounts" a on a."customer_id" = k."customer_id"
+       where k."key_hash" = ? and k."revoked" = 0`,
+        [hash],
+        'all',
+      );
     const r = rows[0];
     return r ? { account: toAccount(r), key_mode: r.mode === 'test' ? 'test' : 'live' } : null;
   }
@@ -101,7 +172,9 @@ export class SqlStore implements Store {
   private async rollCycle(customerId: string, cycleStart: string, em?: SqlEntityManager): Promise<void> {
     await this.run(
       'update "accounts" set "billing_cycle_start" = ?, "capsules_used" = 0, "cdps_used" = 0 where "customer_id" = ? and "billing_cycle_start" < ?',
-      [cycleStart, customerId, cycleStart], em);
+      [cycleStart, customerId, cycleStart],
+      em,
+    );
   }
 
   async reserveCapsule(customerId: string, limits: Limits, cycleStart: string): Promise<ReserveOutcome> {
@@ -114,7 +187,9 @@ export class SqlStore implements Store {
       const n = await this.run(
         `update "accounts" set "capsules_used" = "capsules_used" + 1, "live_capsules" = "live_capsules" + 1
          where "customer_id" = ? and "capsules_used" < ? and "live_capsules" < ? and "cdps_used" < ?`,
-        [customerId, monthly, live, cdps], em);
+        [customerId, monthly, live, cdps],
+        em,
+      );
       if (n === 1) return 'ok';
       const r = await em.findOne(AccountEntity, { customer_id: customerId });
       if (!r) return 'capsules_per_month';
@@ -125,23 +200,43 @@ export class SqlStore implements Store {
   }
 
   async releaseLive(customerId: string): Promise<void> {
-    await this.run('update "accounts" set "live_capsules" = "live_capsules" - 1 where "customer_id" = ? and "live_capsules" > 0', [customerId]);
+    await this.run(
+      'update "accounts" set "live_capsules" = "live_capsules" - 1 where "customer_id" = ? and "live_capsules" > 0',
+      [customerId],
+    );
   }
 
   async unreserveCapsule(customerId: string): Promise<void> {
     await this.run(
       `update "accounts" set "live_capsules" = case when "live_capsules" > 0 then "live_capsules" - 1 else 0 end,
-       "capsules_used" = case when "capsules_used" > 0 then "capsules_used" - 1 else 0 end where "customer_id" = ?`, [customerId]);
+       "capsules_used" = case when "capsules_used" > 0 then "capsules_used" - 1 else 0 end where "customer_id" = ?`,
+      [customerId],
+    );
   }
 
   // ---- capsules
-  async insertCapsule(c: Capsule, first: { type: string; at: string; fields: Record<string, unknown> }): Promise<InsertCapsuleOutcome> {
+  async insertCapsule(
+    c: Capsule,
+    first: { type: string; at: string; fields: Record<string, unknown> },
+  ): Promise<InsertCapsuleOutcome> {
     const row: CapsuleRow = {
-      id: c.id, customer_id: c.customer_id, status: c.status, api_form: c.api_form, ttl_seconds: c.ttl_seconds,
-      created_at: c.created_at, expires_at: c.expires_at, data_classification: c.data_classification,
-      jurisdiction: c.jurisdiction, capsulefile_id: c.capsulefile_id, metadata: JSON.stringify(c.metadata),
-      execution_count: c.execution_count, bytes_processed: c.bytes_processed, destroyed_at: c.destroyed_at,
-      billable: c.billable ? 1 : 0, activity_seq: 0, capsulefile_content_hash: c.capsulefile_content_hash,
+      id: c.id,
+      customer_id: c.customer_id,
+      status: c.status,
+      api_form: c.api_form,
+      ttl_seconds: c.ttl_seconds,
+      created_at: c.created_at,
+      expires_at: c.expires_at,
+      data_classification: c.data_classification,
+      jurisdiction: c.jurisdiction,
+      capsulefile_id: c.capsulefile_id,
+      metadata: JSON.stringify(c.metadata),
+      execution_count: c.execution_count,
+      bytes_processed: c.bytes_processed,
+      destroyed_at: c.destroyed_at,
+      billable: c.billable ? 1 : 0,
+      activity_seq: 0,
+      capsulefile_content_hash: c.capsulefile_content_hash,
       egress_profile_id: c.egress_profile_id,
     };
     try {
@@ -149,19 +244,36 @@ export class SqlStore implements Store {
         // The no-op UPDATEs take the same row locks as the DELETEs of the Capsulefile
         // and the profile, which count live capsules after locking: either the delete
         // committed first (the row is gone here) or it sees this capsule.
-        if (c.capsulefile_id !== null
-          && (await this.run(`update "capsulefiles" set "status" = "status" where "id" = ? and "status" = 'finalized'`, [c.capsulefile_id], em)) !== 1) {
+        if (
+          c.capsulefile_id !== null &&
+          (await this.run(
+            `update "capsulefiles" set "status" = "status" where "id" = ? and "status" = 'finalized'`,
+            [c.capsulefile_id],
+            em,
+          )) !== 1
+        ) {
           return 'capsulefile_gone';
         }
-        if (c.egress_profile_id !== null
-          && (await this.run('update "egress_profiles" set "name" = "name" where "id" = ?', [c.egress_profile_id], em)) !== 1) {
+        if (
+          c.egress_profile_id !== null &&
+          (await this.run('update "egress_profiles" set "name" = "name" where "id" = ?', [c.egress_profile_id], em)) !==
+            1
+        ) {
           return 'egress_profile_gone';
         }
         await em.insert(CapsuleEntity, { ...row, activity_seq: 1 });
-        await em.insert(ActivityEntity, { capsule_id: c.id, seq: 1, type: first.type, at: first.at, fields: JSON.stringify(first.fields) });
+        await em.insert(ActivityEntity, {
+          capsule_id: c.id,
+          seq: 1,
+          type: first.type,
+          at: first.at,
+          fields: JSON.stringify(first.fields),
+        });
         return 'ok';
       });
-    } catch (e) { conflict(e, 'id: capsule id already exists'); }
+    } catch (e) {
+      conflict(e, 'id: capsule id already exists');
+    }
   }
 
   async getCapsule(id: string): Promise<Capsule | null> {
@@ -171,12 +283,19 @@ export class SqlStore implements Store {
 
   async listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage> {
     // Keyset paging, newest first; the cursor is the last row's (created_at, id).
-    const rows = await this.em().find(CapsuleEntity, { customer_id: customerId, ...after(cursor, 'desc') } as never,
-      { orderBy: { created_at: 'desc', id: 'desc' }, limit: limit + 1 });
+    const rows = await this.em().find(CapsuleEntity, { customer_id: customerId, ...after(cursor, 'desc') } as never, {
+      orderBy: { created_at: 'desc', id: 'desc' },
+      limit: limit + 1,
+    });
     return page(rows.map(toCapsule), limit);
   }
 
-  async transition(id: string, from: readonly CapsuleStatus[], to: CapsuleStatus, destroyedAt?: string): Promise<boolean> {
+  async transition(
+    id: string,
+    from: readonly CapsuleStatus[],
+    to: CapsuleStatus,
+    destroyedAt?: string,
+  ): Promise<boolean> {
     const set: Partial<CapsuleRow> = { status: to };
     if (destroyedAt !== undefined) set.destroyed_at = destroyedAt;
     return (await this.em().nativeUpdate(CapsuleEntity, { id, status: { $in: [...from] } }, set)) > 0;
@@ -185,7 +304,8 @@ export class SqlStore implements Store {
   async addUsage(id: string, executions: number, bytes: number): Promise<void> {
     await this.run(
       'update "capsules" set "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ?',
-      [executions, bytes, id]);
+      [executions, bytes, id],
+    );
   }
 
   async liveCapsules(): Promise<Capsule[]> {
@@ -193,29 +313,55 @@ export class SqlStore implements Store {
   }
 
   async expiredLiveCapsules(nowIso: string): Promise<Capsule[]> {
-    return (await this.em().find(CapsuleEntity, { status: { $in: [...LIVE_STATUSES] }, expires_at: { $lte: nowIso } },
-      { orderBy: { expires_at: 'asc' }, limit: 100 })).map(toCapsule);
+    return (
+      await this.em().find(
+        CapsuleEntity,
+        { status: { $in: [...LIVE_STATUSES] }, expires_at: { $lte: nowIso } },
+        { orderBy: { expires_at: 'asc' }, limit: 100 },
+      )
+    ).map(toCapsule);
   }
 
   // ---- activity
-  async appendActivity(capsuleId: string, type: string, at: string, fields: Record<string, unknown>, side: ActivitySide = {}): Promise<ActivityEvent> {
+  async appendActivity(
+    capsuleId: string,
+    type: string,
+    at: string,
+    fields: Record<string, unknown>,
+    side: ActivitySide = {},
+  ): Promise<ActivityEvent> {
     // The seq counter row is locked by the UPDATE until commit: exact order under concurrency.
     return this.em().transactional(async (em) => {
       // UPDATE ... RETURNING (SQLite 3.35+, PostgreSQL): one statement moves and reads the counter.
-      const rows = await em.getConnection().execute<{ activity_seq: number }[]>(
-        'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "activity_seq"',
-        [side.executions ?? 0, side.bytes ?? 0, capsuleId], 'all', em.getTransactionContext());
+      const rows = await em
+        .getConnection()
+        .execute<{ activity_seq: number }[]>(
+          'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "activity_seq"',
+          [side.executions ?? 0, side.bytes ?? 0, capsuleId],
+          'all',
+          em.getTransactionContext(),
+        );
       if (rows.length !== 1) throw new ApiError('resource_not_found', 'capsule not found');
       const seq = num(rows[0]?.activity_seq);
       await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
-      if (side.move) await em.nativeUpdate(CapsuleEntity, { id: capsuleId, status: { $in: [...side.move.from] } }, { status: side.move.to });
+      if (side.move)
+        await em.nativeUpdate(
+          CapsuleEntity,
+          { id: capsuleId, status: { $in: [...side.move.from] } },
+          { status: side.move.to },
+        );
       return { seq, type, at, ...fields };
     });
   }
 
   async activity(capsuleId: string): Promise<ActivityEvent[]> {
     const rows = await this.em().find(ActivityEntity, { capsule_id: capsuleId }, { orderBy: { seq: 'asc' } });
-    return rows.map((r) => ({ seq: num(r.seq), type: r.type, at: r.at, ...(JSON.parse(r.fields) as Record<string, unknown>) }));
+    return rows.map((r) => ({
+      seq: num(r.seq),
+      type: r.type,
+      at: r.at,
+      ...(JSON.parse(r.fields) as Record<string, unknown>),
+    }));
   }
 
   // ---- proofs and keys
@@ -223,12 +369,24 @@ export class SqlStore implements Store {
     try {
       await this.em().transactional(async (em) => {
         await em.insert(ProofEntity, {
-          proof_id: p.proof_id, capsule_id: p.capsule_id, customer_id: p.customer_id, record: JSON.stringify(p.record),
-          response: p.response === null ? null : JSON.stringify(p.response), partial: p.partial ? 1 : 0, created_at: p.created_at,
+          proof_id: p.proof_id,
+          capsule_id: p.capsule_id,
+          customer_id: p.customer_id,
+          record: JSON.stringify(p.record),
+          response: p.response === null ? null : JSON.stringify(p.response),
+          partial: p.partial ? 1 : 0,
+          created_at: p.created_at,
         });
-        if (billable) await this.run('update "accounts" set "cdps_used" = "cdps_used" + 1 where "customer_id" = ?', [p.customer_id], em);
+        if (billable)
+          await this.run(
+            'update "accounts" set "cdps_used" = "cdps_used" + 1 where "customer_id" = ?',
+            [p.customer_id],
+            em,
+          );
       });
-    } catch (e) { conflict(e, 'capsule_id: a proof for this capsule already exists'); }
+    } catch (e) {
+      conflict(e, 'capsule_id: a proof for this capsule already exists');
+    }
   }
 
   async getProofByCapsule(capsuleId: string): Promise<StoredProof | null> {
@@ -239,18 +397,29 @@ export class SqlStore implements Store {
   async insertKey(k: KeyRecord): Promise<void> {
     try {
       await this.em().insert(KeyEntity, {
-        key_id: k.key_id, public_key: k.public_key, created_at: k.created_at,
-        signing_authority_id: k.signing_authority_id, signing_key_version: k.signing_key_version,
+        key_id: k.key_id,
+        public_key: k.public_key,
+        created_at: k.created_at,
+        signing_authority_id: k.signing_authority_id,
+        signing_key_version: k.signing_key_version,
       });
-    } catch (e) { conflict(e, 'key_id: already registered'); }
+    } catch (e) {
+      conflict(e, 'key_id: already registered');
+    }
   }
 
   async getKey(keyId: string): Promise<KeyRecord | null> {
     const r = await this.em().findOne(KeyEntity, { key_id: keyId });
-    return r ? {
-      key_id: r.key_id, algorithm: 'Ed25519', public_key: r.public_key, created_at: r.created_at,
-      signing_authority_id: r.signing_authority_id, signing_key_version: num(r.signing_key_version),
-    } : null;
+    return r
+      ? {
+          key_id: r.key_id,
+          algorithm: 'Ed25519',
+          public_key: r.public_key,
+          created_at: r.created_at,
+          signing_authority_id: r.signing_authority_id,
+          signing_key_version: num(r.signing_key_version),
+        }
+      : null;
   }
 
   async recordDestruction(d: Destruction): Promise<void> {
@@ -259,22 +428,41 @@ export class SqlStore implements Store {
       await this.em().transactional(async (em) => {
         if (d.key) {
           await em.insert(KeyEntity, {
-            key_id: d.key.key_id, public_key: d.key.public_key, created_at: d.key.created_at,
-            signing_authority_id: d.key.signing_authority_id, signing_key_version: d.key.signing_key_version,
+            key_id: d.key.key_id,
+            public_key: d.key.public_key,
+            created_at: d.key.created_at,
+            signing_authority_id: d.key.signing_authority_id,
+            signing_key_version: d.key.signing_key_version,
           });
         }
         await em.insert(ProofEntity, {
-          proof_id: p.proof_id, capsule_id: p.capsule_id, customer_id: p.customer_id, record: JSON.stringify(p.record),
-          response: p.response === null ? null : JSON.stringify(p.response), partial: p.partial ? 1 : 0, created_at: p.created_at,
+          proof_id: p.proof_id,
+          capsule_id: p.capsule_id,
+          customer_id: p.customer_id,
+          record: JSON.stringify(p.record),
+          response: p.response === null ? null : JSON.stringify(p.response),
+          partial: p.partial ? 1 : 0,
+          created_at: p.created_at,
         });
-        if (d.capsule.billable) await this.run('update "accounts" set "cdps_used" = "cdps_used" + 1 where "customer_id" = ?', [p.customer_id], em);
+        if (d.capsule.billable)
+          await this.run(
+            'update "accounts" set "cdps_used" = "cdps_used" + 1 where "customer_id" = ?',
+            [p.customer_id],
+            em,
+          );
         const set: Partial<CapsuleRow> = { status: d.status };
         if (d.destroyed_at !== null) set.destroyed_at = d.destroyed_at;
         const moved = await em.nativeUpdate(CapsuleEntity, { id: d.capsule.id, status: { $in: [...d.from] } }, set);
         if (moved !== 1) throw new ApiError('resource_conflict', 'capsule already destroyed');
-        await this.run('update "accounts" set "live_capsules" = "live_capsules" - 1 where "customer_id" = ? and "live_capsules" > 0', [d.capsule.customer_id], em);
+        await this.run(
+          'update "accounts" set "live_capsules" = "live_capsules" - 1 where "customer_id" = ? and "live_capsules" > 0',
+          [d.capsule.customer_id],
+          em,
+        );
       });
-    } catch (e) { conflict(e, 'capsule already destroyed'); }
+    } catch (e) {
+      conflict(e, 'capsule already destroyed');
+    }
   }
 
   async insertContact(c: ContactMessage): Promise<void> {
@@ -282,13 +470,30 @@ export class SqlStore implements Store {
   }
 
   // ---- idempotency
-  async claimIdempotency(customerId: string, key: string, requestHash: string, nowIso: string, notBeforeIso: string): Promise<IdempotencyClaim> {
+  async claimIdempotency(
+    customerId: string,
+    key: string,
+    requestHash: string,
+    nowIso: string,
+    notBeforeIso: string,
+  ): Promise<IdempotencyClaim> {
     const em = this.em();
     // Entries older than the replay window are forgotten.
-    await em.nativeDelete(IdempotencyEntity, { customer_id: customerId, idem_key: key, created_at: { $lt: notBeforeIso } });
+    await em.nativeDelete(IdempotencyEntity, {
+      customer_id: customerId,
+      idem_key: key,
+      created_at: { $lt: notBeforeIso },
+    });
     try {
       await em.insert(IdempotencyEntity, {
-        customer_id: customerId, idem_key: key, request_hash: requestHash, state: 'pending', status: null, body: null, headers: null, created_at: nowIso,
+        customer_id: customerId,
+        idem_key: key,
+        request_hash: requestHash,
+        state: 'pending',
+        status: null,
+        body: null,
+        headers: null,
+        created_at: nowIso,
       });
       return { state: 'claimed' };
     } catch (e) {
@@ -297,14 +502,22 @@ export class SqlStore implements Store {
     const r = await this.em().findOne(IdempotencyEntity, { customer_id: customerId, idem_key: key });
     if (!r || r.state !== 'done' || r.status === null) return { state: 'pending' };
     return {
-      state: 'done', request_hash: r.request_hash,
-      response: { status: num(r.status), body: r.body ?? '', headers: JSON.parse(r.headers ?? '{}') as Record<string, string> },
+      state: 'done',
+      request_hash: r.request_hash,
+      response: {
+        status: num(r.status),
+        body: r.body ?? '',
+        headers: JSON.parse(r.headers ?? '{}') as Record<string, string>,
+      },
     };
   }
 
   async completeIdempotency(customerId: string, key: string, response: IdempotentResponse): Promise<void> {
-    await this.em().nativeUpdate(IdempotencyEntity, { customer_id: customerId, idem_key: key },
-      { state: 'done', status: response.status, body: response.body, headers: JSON.stringify(response.headers) });
+    await this.em().nativeUpdate(
+      IdempotencyEntity,
+      { customer_id: customerId, idem_key: key },
+      { state: 'done', status: response.status, body: response.body, headers: JSON.stringify(response.headers) },
+    );
   }
 
   async releaseIdempotency(customerId: string, key: string): Promise<void> {

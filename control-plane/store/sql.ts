@@ -9,7 +9,10 @@ export const num = (v: unknown): number => Number(v);
 
 /** Runs a statement in `em`'s transaction (if any); the number of rows it changed. */
 export async function run(em: SqlEntityManager, sql: string, params: unknown[]): Promise<number> {
-  const res = (await em.getConnection().execute(sql, params, 'run', em.getTransactionContext())) as { affectedRows?: number; rowCount?: number };
+  const res = (await em.getConnection().execute(sql, params, 'run', em.getTransactionContext())) as {
+    affectedRows?: number;
+    rowCount?: number;
+  };
   return num(res.affectedRows ?? res.rowCount ?? 0);
 }
 
@@ -19,9 +22,16 @@ export async function all<T>(em: SqlEntityManager, sql: string, params: unknown[
 }
 
 /** Live capsules naming the row in `column`; call after locking that row so none can start meanwhile. */
-export async function liveUsers(em: SqlEntityManager, column: 'capsulefile_id' | 'egress_profile_id', id: string): Promise<number> {
-  const rows = await all<{ n: unknown }>(em,
-    `select count(*) as "n" from "capsules" where "${column}" = ? and "status" in (${LIVE_STATUSES.map(() => '?').join(', ')})`, [id, ...LIVE_STATUSES]);
+export async function liveUsers(
+  em: SqlEntityManager,
+  column: 'capsulefile_id' | 'egress_profile_id',
+  id: string,
+): Promise<number> {
+  const rows = await all<{ n: unknown }>(
+    em,
+    `select count(*) as "n" from "capsules" where "${column}" = ? and "status" in (${LIVE_STATUSES.map(() => '?').join(', ')})`,
+    [id, ...LIVE_STATUSES],
+  );
   return num(rows[0]?.n ?? 0);
 }
 
@@ -34,7 +44,10 @@ export function after(cursor: string | null, dir: 'asc' | 'desc'): Record<string
 }
 
 /** One page of `limit` from `limit + 1` fetched rows; the cursor is the last row's (created_at, id). */
-export function page<T extends { created_at: string; id: string }>(rows: T[], limit: number): { items: T[]; next_cursor: string | null } {
+export function page<T extends { created_at: string; id: string }>(
+  rows: T[],
+  limit: number,
+): { items: T[]; next_cursor: string | null } {
   const items = rows.slice(0, limit);
   const last = items[items.length - 1];
   return { items, next_cursor: rows.length > limit && last ? `${last.created_at}|${last.id}` : null };

@@ -12,11 +12,16 @@ const ED25519_SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
 // The Ed25519 base point: a valid key to probe the import format with.
 const BASE_POINT = Buffer.from('5866666666666666666666666666666666666666666666666666666666666666', 'hex');
 
-type KeyInput = KeyObject | { key: Buffer; format: 'der'; type: 'spki' } | { key: Buffer; format: 'raw-public'; asymmetricKeyType: 'ed25519' };
+type KeyInput =
+  | KeyObject
+  | { key: Buffer; format: 'der'; type: 'spki' }
+  | { key: Buffer; format: 'raw-public'; asymmetricKeyType: 'ed25519' };
 
 const rawPublicSupported = ((): boolean => {
   try {
-    createPublicKey({ key: BASE_POINT, format: 'raw-public', asymmetricKeyType: 'ed25519' } as unknown as Parameters<typeof createPublicKey>[0]);
+    createPublicKey({ key: BASE_POINT, format: 'raw-public', asymmetricKeyType: 'ed25519' } as unknown as Parameters<
+      typeof createPublicKey
+    >[0]);
     return true;
   } catch {
     return false;

@@ -27,7 +27,12 @@ export class FrameError extends Error {
   readonly kind: 'garbled' | 'too_large';
   /** The header of a skipped oversized frame, so the peer can be answered by id. */
   readonly header: Record<string, unknown> | null;
-  constructor(message: string, fatal: boolean, kind: 'garbled' | 'too_large' = 'garbled', header: Record<string, unknown> | null = null) {
+  constructor(
+    message: string,
+    fatal: boolean,
+    kind: 'garbled' | 'too_large' = 'garbled',
+    header: Record<string, unknown> | null = null,
+  ) {
     super(message);
     this.name = 'FrameError';
     this.fatal = fatal;
@@ -37,11 +42,17 @@ export class FrameError extends Error {
 }
 
 /** Encodes one frame; throws FrameError when it would exceed the limits. */
-export function encodeFrame(header: Record<string, unknown>, body: Uint8Array | null, limits: FrameLimits = DEFAULT_FRAME_LIMITS): Buffer {
+export function encodeFrame(
+  header: Record<string, unknown>,
+  body: Uint8Array | null,
+  limits: FrameLimits = DEFAULT_FRAME_LIMITS,
+): Buffer {
   const h = Buffer.from(JSON.stringify(header), 'utf8');
   const bodyLen = body ? body.byteLength : 0;
-  if (h.length > limits.maxHeaderBytes) throw new FrameError(`frame header of ${h.length} bytes exceeds ${limits.maxHeaderBytes}`, false);
-  if (bodyLen > limits.maxBodyBytes) throw new FrameError(`frame body of ${bodyLen} bytes exceeds ${limits.maxBodyBytes}`, false);
+  if (h.length > limits.maxHeaderBytes)
+    throw new FrameError(`frame header of ${h.length} bytes exceeds ${limits.maxHeaderBytes}`, false);
+  if (bodyLen > limits.maxBodyBytes)
+    throw new FrameError(`frame body of ${bodyLen} bytes exceeds ${limits.maxBodyBytes}`, false);
   const prefix = Buffer.allocUnsafe(FRAME_PREFIX_BYTES);
   prefix.writeUInt32BE(h.length, 0);
   prefix.writeUInt32BE(bodyLen, 4);
@@ -85,19 +96,31 @@ export class FrameDecoder {
         let header: Record<string, unknown> | null = null;
         try {
           const parsed: unknown = JSON.parse(head.toString('utf8'));
-          if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) header = parsed as Record<string, unknown>;
+          if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed))
+            header = parsed as Record<string, unknown>;
         } catch {
           header = null;
         }
         this.skip = bLen;
-        out.push({ kind: 'error', error: new FrameError(`frame body of ${bLen} bytes exceeds ${this.limits.maxBodyBytes}`, false, 'too_large', header) });
+        out.push({
+          kind: 'error',
+          error: new FrameError(
+            `frame body of ${bLen} bytes exceeds ${this.limits.maxBodyBytes}`,
+            false,
+            'too_large',
+            header,
+          ),
+        });
         continue;
       }
       if (hLen === 0 || hLen > this.limits.maxHeaderBytes) {
         this.dead = true;
         this.chunks = [];
         this.buffered = 0;
-        out.push({ kind: 'error', error: new FrameError(`frame of header ${hLen} / body ${bLen} bytes is out of bounds`, true) });
+        out.push({
+          kind: 'error',
+          error: new FrameError(`frame of header ${hLen} / body ${bLen} bytes is out of bounds`, true),
+        });
         break;
       }
       const total = FRAME_PREFIX_BYTES + hLen + bLen;

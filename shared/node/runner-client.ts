@@ -19,7 +19,13 @@ import {
 import { DEFAULT_FRAME_LIMITS, encodeFrame, FrameDecoder, type FrameLimits } from './framing.js';
 
 const ERROR_CODES: ReadonlySet<string> = new Set<RunnerErrorCode>([
-  'not_found', 'invalid', 'too_large', 'busy', 'no_space', 'unavailable', 'internal',
+  'not_found',
+  'invalid',
+  'too_large',
+  'busy',
+  'no_space',
+  'unavailable',
+  'internal',
 ]);
 
 interface Pending {
@@ -34,7 +40,10 @@ export class RunnerClient implements RunnerPort {
   private readonly pending = new Map<number, Pending>();
   private closed = false;
 
-  constructor(private readonly socketPath: string, private readonly limits: FrameLimits = DEFAULT_FRAME_LIMITS) {}
+  constructor(
+    private readonly socketPath: string,
+    private readonly limits: FrameLimits = DEFAULT_FRAME_LIMITS,
+  ) {}
 
   hello(): Promise<RunnerHello> {
     return this.call('hello', {});
@@ -71,17 +80,28 @@ export class RunnerClient implements RunnerPort {
       await new Promise<void>((resolve) => {
         s.once('close', () => resolve());
         s.end();
-        setTimeout(() => { s.destroy(); resolve(); }, 500).unref();
+        setTimeout(() => {
+          s.destroy();
+          resolve();
+        }, 500).unref();
       });
     }
   }
 
-  private async call<M extends keyof RunnerMethods>(method: M, params: RunnerMethods[M][0], body: Uint8Array | null = null): Promise<RunnerMethods[M][1]> {
+  private async call<M extends keyof RunnerMethods>(
+    method: M,
+    params: RunnerMethods[M][0],
+    body: Uint8Array | null = null,
+  ): Promise<RunnerMethods[M][1]> {
     const { result } = await this.raw(method, params, body);
     return result as RunnerMethods[M][1];
   }
 
-  private async raw(method: string, params: unknown, body: Uint8Array | null): Promise<{ result: unknown; body: Buffer }> {
+  private async raw(
+    method: string,
+    params: unknown,
+    body: Uint8Array | null,
+  ): Promise<{ result: unknown; body: Buffer }> {
     if (this.closed) throw new RunnerError('unavailable', 'runner client closed');
     const socket = await this.connect();
     const id = this.nextId++;
@@ -146,7 +166,8 @@ export class RunnerClient implements RunnerPort {
       return;
     }
     const err = header['error'] as { code?: unknown; message?: unknown } | undefined;
-    const code = typeof err?.code === 'string' && ERROR_CODES.has(err.code) ? (err.code as RunnerErrorCode) : 'internal';
+    const code =
+      typeof err?.code === 'string' && ERROR_CODES.has(err.code) ? (err.code as RunnerErrorCode) : 'internal';
     const message = typeof err?.message === 'string' ? err.message : 'runner error';
     p.reject(new RunnerError(code, message));
   }

@@ -7,9 +7,21 @@ import { hasher, type CryptoProvider, type Hasher } from './crypto.js';
 import { serialize } from './jcs.js';
 
 export const VIEW_MEMBERS = [
-  'cdp_version', 'capsule_id', 'created_at', 'destroyed_at', 'completeness', 'reason',
-  'chain', 'final_hash', 'capsule_context', 'termination', 'regulatory_context',
-  'component_proofs', 'activity_root', 'signing_authority_id', 'signing_key_version',
+  'cdp_version',
+  'capsule_id',
+  'created_at',
+  'destroyed_at',
+  'completeness',
+  'reason',
+  'chain',
+  'final_hash',
+  'capsule_context',
+  'termination',
+  'regulatory_context',
+  'component_proofs',
+  'activity_root',
+  'signing_authority_id',
+  'signing_key_version',
 ] as const;
 
 export const ATTESTATION_VIEW_MEMBERS = ['algorithm', 'public_key', 'key_id'] as const;

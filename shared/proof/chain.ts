@@ -12,16 +12,59 @@ export interface StepDefinition {
   component?: string;
 }
 
-export const STEPS: readonly StepDefinition[] = Object.freeze([
-  { step: 1, subsystem: 'eee_namespace', operation: 'environment_isolation', method: 'procfs_verification', component: 'namespace_verification' },
-  { step: 2, subsystem: 'eee_tmpfs', operation: 'filesystem_isolation', method: 'mountinfo_verification', component: 'mountinfo_verification' },
-  { step: 3, subsystem: 'eee_memory', operation: 'multipass_wipe', method: 'dod_5220_multipass_wipe', component: 'memory_wipe' },
-  { step: 4, subsystem: 'dire_keys', operation: 'key_destruction', method: 'ed25519_key_destruction', component: 'key_destruction' },
-  { step: 5, subsystem: 'dire_identity', operation: 'credential_incineration', method: 'credential_incineration', component: 'credential_incineration' },
-  { step: 6, subsystem: 'fgx_forensic', operation: 'merkle_zero_state', method: 'merkle_tree_verification', component: 'merkle_zero_state' },
-  { step: 7, subsystem: 'rzl_audit', operation: 'chain_integrity_seal', method: 'hash_chain_validation' },
-  { step: 8, subsystem: 'capsule_destroy', operation: 'lifecycle_completion', method: 'capsule_lifecycle_verification' },
-].map((s) => Object.freeze(s)));
+export const STEPS: readonly StepDefinition[] = Object.freeze(
+  [
+    {
+      step: 1,
+      subsystem: 'eee_namespace',
+      operation: 'environment_isolation',
+      method: 'procfs_verification',
+      component: 'namespace_verification',
+    },
+    {
+      step: 2,
+      subsystem: 'eee_tmpfs',
+      operation: 'filesystem_isolation',
+      method: 'mountinfo_verification',
+      component: 'mountinfo_verification',
+    },
+    {
+      step: 3,
+      subsystem: 'eee_memory',
+      operation: 'multipass_wipe',
+      method: 'dod_5220_multipass_wipe',
+      component: 'memory_wipe',
+    },
+    {
+      step: 4,
+      subsystem: 'dire_keys',
+      operation: 'key_destruction',
+      method: 'ed25519_key_destruction',
+      component: 'key_destruction',
+    },
+    {
+      step: 5,
+      subsystem: 'dire_identity',
+      operation: 'credential_incineration',
+      method: 'credential_incineration',
+      component: 'credential_incineration',
+    },
+    {
+      step: 6,
+      subsystem: 'fgx_forensic',
+      operation: 'merkle_zero_state',
+      method: 'merkle_tree_verification',
+      component: 'merkle_zero_state',
+    },
+    { step: 7, subsystem: 'rzl_audit', operation: 'chain_integrity_seal', method: 'hash_chain_validation' },
+    {
+      step: 8,
+      subsystem: 'capsule_destroy',
+      operation: 'lifecycle_completion',
+      method: 'capsule_lifecycle_verification',
+    },
+  ].map((s) => Object.freeze(s)),
+);
 
 export const STEP_COUNT = 8;
 

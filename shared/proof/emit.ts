@@ -52,7 +52,10 @@ function evidenceHash(h: Hasher, evidence: Record<string, unknown>): string {
 }
 
 function activityRootOf(h: Hasher, activity: ActivityEvent[]): string {
-  return activityRootOfCanonical(h, activity.map((e) => canonicalize(e)));
+  return activityRootOfCanonical(
+    h,
+    activity.map((e) => canonicalize(e)),
+  );
 }
 
 /** Signs the view's canonical hash, fills the attestation, zeroizes an ephemeral key. */
@@ -163,8 +166,12 @@ function buildPartialRecord(input: PartialRecordInput, key: SigningKeyMaterial):
 
 /** Signs the view of `doc`, then adds the record-only members (never signed directly: bound through activity_root). */
 function finishRecord(
-  h: Hasher, doc: Record<string, unknown>, key: SigningKeyMaterial, keyId: string,
-  input: { activity: ActivityEvent[]; internal?: Record<string, unknown> }, evidence: Record<string, unknown>[],
+  h: Hasher,
+  doc: Record<string, unknown>,
+  key: SigningKeyMaterial,
+  keyId: string,
+  input: { activity: ActivityEvent[]; internal?: Record<string, unknown> },
+  evidence: Record<string, unknown>[],
 ): AuditRecord {
   dropUndefined(doc);
   doc['canonical_hash'] = seal(h, doc, key, keyId);

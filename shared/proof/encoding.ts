@@ -80,7 +80,10 @@ export function fromBase64(text: string): Uint8Array | undefined {
   const full = pad === 0 ? len : len - 4;
   let o = 0;
   for (let i = 0; i < full; i += 4) {
-    const a = b64Digit(text, i), b = b64Digit(text, i + 1), c = b64Digit(text, i + 2), d = b64Digit(text, i + 3);
+    const a = b64Digit(text, i),
+      b = b64Digit(text, i + 1),
+      c = b64Digit(text, i + 2),
+      d = b64Digit(text, i + 3);
     if ((a | b | c | d) < 0) return undefined;
     const n = (a << 18) | (b << 12) | (c << 6) | d;
     out[o++] = n >> 16;
@@ -89,7 +92,8 @@ export function fromBase64(text: string): Uint8Array | undefined {
   }
   if (pad > 0) {
     // Last quad: `xx==` (one byte) or `xxx=` (two bytes); the unused bits must be zero.
-    const a = b64Digit(text, full), b = b64Digit(text, full + 1);
+    const a = b64Digit(text, full),
+      b = b64Digit(text, full + 1);
     const c = pad === 2 ? 0 : b64Digit(text, full + 2);
     if ((a | b | c) < 0) return undefined;
     const n = (a << 18) | (b << 12) | (c << 6);

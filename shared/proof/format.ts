@@ -84,7 +84,10 @@ const SHA512_RE = /^sha512:[0-9a-f]+$/;
 const isSha512 = (s: string): boolean => s.length === 135 && SHA512_RE.test(s);
 const isLegacyHash = (s: string) => SHA256_RE.test(s) || isSha512(s);
 
-interface Steps { steps: ParsedStep[]; chainJcs: string | undefined }
+interface Steps {
+  steps: ParsedStep[];
+  chainJcs: string | undefined;
+}
 
 function parseSteps(doc: Obj, legacy: boolean): Steps {
   const chain = doc['chain'];
@@ -119,13 +122,37 @@ function parseSteps(doc: Obj, legacy: boolean): Steps {
  * `sha512:` hex hashes, which need no escaping. undefined for any other
  * shape, which the generic serializer then handles (same result, slower).
  */
-function stepJcs(s: Obj, step: number, subsystem: string, operation: string, evidenceHash: string, chainHash: string): string | undefined {
+function stepJcs(
+  s: Obj,
+  step: number,
+  subsystem: string,
+  operation: string,
+  evidenceHash: string,
+  chainHash: string,
+): string | undefined {
   const k = Object.keys(s);
-  if (k.length !== 5 || k[0] !== 'step' || k[1] !== 'subsystem' || k[2] !== 'operation' ||
-      k[3] !== 'evidence_hash' || k[4] !== 'chain_hash') return undefined;
-  return '{"chain_hash":"' + chainHash + '","evidence_hash":"' + evidenceHash +
-    '","operation":' + quoteString(operation) + ',"step":' + String(step) +
-    ',"subsystem":' + quoteString(subsystem) + '}';
+  if (
+    k.length !== 5 ||
+    k[0] !== 'step' ||
+    k[1] !== 'subsystem' ||
+    k[2] !== 'operation' ||
+    k[3] !== 'evidence_hash' ||
+    k[4] !== 'chain_hash'
+  )
+    return undefined;
+  return (
+    '{"chain_hash":"' +
+    chainHash +
+    '","evidence_hash":"' +
+    evidenceHash +
+    '","operation":' +
+    quoteString(operation) +
+    ',"step":' +
+    String(step) +
+    ',"subsystem":' +
+    quoteString(subsystem) +
+    '}'
+  );
 }
 
 function parseAttestation(doc: Obj): ParsedAttestation | undefined {
@@ -146,9 +173,19 @@ function parseLegacy(doc: Obj): ParsedProof {
   const finalHash = hash(doc, 'final_hash', true, isLegacyHash);
   const attestation = parseAttestation(doc);
   return {
-    version: '1.0', form: 'legacy', partial: false, destroyedAt, steps, finalHash, attestation,
-    canonicalHash: undefined, viewJcs: undefined, activityJcs: undefined, activityRoot: undefined,
-    signingAuthorityId: undefined, signingKeyVersion: undefined,
+    version: '1.0',
+    form: 'legacy',
+    partial: false,
+    destroyedAt,
+    steps,
+    finalHash,
+    attestation,
+    canonicalHash: undefined,
+    viewJcs: undefined,
+    activityJcs: undefined,
+    activityRoot: undefined,
+    signingAuthorityId: undefined,
+    signingKeyVersion: undefined,
   };
 }
 
@@ -197,8 +234,19 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
     viewJcs = canonicalViewJcs(doc, chainJcs);
   }
   return {
-    version, form: 'capsule', partial, destroyedAt, steps, finalHash, attestation, canonicalHash,
-    viewJcs, activityJcs, activityRoot, signingAuthorityId, signingKeyVersion,
+    version,
+    form: 'capsule',
+    partial,
+    destroyedAt,
+    steps,
+    finalHash,
+    attestation,
+    canonicalHash,
+    viewJcs,
+    activityJcs,
+    activityRoot,
+    signingAuthorityId,
+    signingKeyVersion,
   };
 }
 
@@ -207,8 +255,10 @@ export function parseProof(doc: unknown): Stage0 {
   try {
     if (!isPlainObject(doc)) return { ok: false, failure: { type: 'FormatInvalid', reason: 'NotAnObject' } };
     // The presentation projection has summaries in place of the per-step chain.
-    if (doc['chain'] === undefined &&
-        (doc['destruction'] !== undefined || doc['document_hash'] !== undefined || doc['verify'] !== undefined)) {
+    if (
+      doc['chain'] === undefined &&
+      (doc['destruction'] !== undefined || doc['document_hash'] !== undefined || doc['verify'] !== undefined)
+    ) {
       return { ok: false, failure: { type: 'FormatInvalid', reason: 'PresentationForm' } };
     }
     const version = str(doc, 'cdp_version', true)!;

@@ -19,4 +19,10 @@ export { merkleRoot, merkleLeafHash, MerkleAccumulator, activityRoot } from './m
 export { canonicalView, canonicalHash, VIEW_MEMBERS } from './canonical.js';
 export { STEPS, GENESIS_HEX, computeChain, type StepDefinition } from './chain.js';
 export { toHex, fromHex, toBase64, fromBase64 } from './encoding.js';
-export { signWebhook, verifyWebhookSignature, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TOLERANCE_SECONDS, type WebhookCheck } from '../webhook-signature.js';
+export {
+  signWebhook,
+  verifyWebhookSignature,
+  WEBHOOK_SIGNATURE_HEADER,
+  WEBHOOK_TOLERANCE_SECONDS,
+  type WebhookCheck,
+} from '../webhook-signature.js';

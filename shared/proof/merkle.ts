@@ -65,7 +65,10 @@ function rootHexOfBinaryLeaves(h: Hasher, leafHashes: string[]): string {
 
 /** Activity root of events (each JCS-canonicalized); throws JcsError on non-JSON events. */
 export function activityRoot(events: readonly unknown[], provider?: CryptoProvider): string {
-  return activityRootOfCanonical(hasher(provider), events.map((e) => canonicalize(e)));
+  return activityRootOfCanonical(
+    hasher(provider),
+    events.map((e) => canonicalize(e)),
+  );
 }
 
 const LEAF_PREFIX = Uint8Array.of(0x00);
@@ -75,7 +78,10 @@ function concat(...parts: Uint8Array[]): Uint8Array {
   for (const p of parts) n += p.length;
   const out = new Uint8Array(n);
   let at = 0;
-  for (const p of parts) { out.set(p, at); at += p.length; }
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
   return out;
 }
 
@@ -101,7 +107,9 @@ export class MerkleAccumulator {
     this.#node[0] = 0x01; // node domain byte
   }
 
-  get count(): number { return this.#count; }
+  get count(): number {
+    return this.#count;
+  }
 
   /** Adds a leaf by its data. */
   push(leafData: Uint8Array): void {

@@ -84,11 +84,22 @@ export interface AuditRecord extends AuditProof {
 }
 
 export type FailureType =
-  | 'FormatInvalid' | 'VersionUnsupported' | 'StepCountInvalid' | 'ChainMismatch'
-  | 'FinalHashMismatch' | 'CanonicalHashMismatch' | 'ActivityMismatch' | 'KeyInvalid'
-  | 'AttestationMissing' | 'SignatureMismatch' | 'KeyResolution';
+  | 'FormatInvalid'
+  | 'VersionUnsupported'
+  | 'StepCountInvalid'
+  | 'ChainMismatch'
+  | 'FinalHashMismatch'
+  | 'CanonicalHashMismatch'
+  | 'ActivityMismatch'
+  | 'KeyInvalid'
+  | 'AttestationMissing'
+  | 'SignatureMismatch'
+  | 'KeyResolution';
 
-export interface FailureReason { type: FailureType; reason: string }
+export interface FailureReason {
+  type: FailureType;
+  reason: string;
+}
 
 export interface VerifyChecks {
   cdp_version_valid: boolean;

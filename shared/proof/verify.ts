@@ -20,8 +20,13 @@ export interface VerifyOptions {
 }
 
 export const STAGE_NAMES = [
-  'parse and version', 'step count', 'chain', 'final hash',
-  'canonical hash and activity root', 'signature', 'key resolution',
+  'parse and version',
+  'step count',
+  'chain',
+  'final hash',
+  'canonical hash and activity root',
+  'signature',
+  'key resolution',
 ] as const;
 
 const ED25519_PUBLIC_KEY_BYTES = 32;
@@ -46,7 +51,11 @@ export function systemNow(): string {
   return secondPrefix + MS_TAILS[ms - second * 1000]!;
 }
 
-interface Failed { stage: number; type: FailureType; reason: string }
+interface Failed {
+  stage: number;
+  type: FailureType;
+  reason: string;
+}
 
 const failed = (stage: number, type: FailureType, reason: string): Failed => ({ stage, type, reason });
 
@@ -115,9 +124,16 @@ function runStages(p: ParsedProof, h: Hasher, manifest: TrustManifest | undefine
   return undefined;
 }
 
-function resolveKey(manifest: TrustManifest, authorityId: string, version: number, publicKey: Uint8Array): Failed | undefined {
+function resolveKey(
+  manifest: TrustManifest,
+  authorityId: string,
+  version: number,
+  publicKey: Uint8Array,
+): Failed | undefined {
   const authorities = Array.isArray(manifest.authorities) ? manifest.authorities : [];
-  const authority = authorities.find((a) => a !== null && typeof a === 'object' && a.signing_authority_id === authorityId);
+  const authority = authorities.find(
+    (a) => a !== null && typeof a === 'object' && a.signing_authority_id === authorityId,
+  );
   if (authority === undefined) return failed(6, 'KeyResolution', 'UnknownAuthority');
   const keys = Array.isArray(authority.keys) ? authority.keys : [];
   const entry = keys.find((k) => k !== null && typeof k === 'object' && k.signing_key_version === version);

@@ -10,7 +10,11 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 function sources(dir: string): string[] {
   const abs = join(root, dir);
   let entries: string[];
-  try { entries = readdirSync(abs); } catch { return []; }
+  try {
+    entries = readdirSync(abs);
+  } catch {
+    return [];
+  }
   return entries.flatMap((name) => {
     const p = join(abs, name);
     if (statSync(p).isDirectory()) return sources(join(dir, name));
@@ -18,15 +22,23 @@ function sources(dir: string): string[] {
   });
 }
 
-interface Import { spec: string; target: string | null } // target: repo-relative path for relative imports
+interface Import {
+  spec: string;
+  target: string | null;
+} // target: repo-relative path for relative imports
 
 function imports(file: string): Import[] {
   const text = readFileSync(join(root, file), 'utf8');
   const out: Import[] = [];
-  const re = /(?:^|\n)\s*(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|(?:^|\n)\s*import\s*['"]([^'"]+)['"]/g;
+  const re =
+    /(?:^|\n)\s*(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)|(?:^|\n)\s*import\s*['"]([^'"]+)['"]/g;
   for (const m of text.matchAll(re)) {
     const spec = (m[1] ?? m[2] ?? m[3])!;
-    const target = spec.startsWith('.') ? relative(root, resolve(dirname(join(root, file)), spec)).split(sep).join('/') : null;
+    const target = spec.startsWith('.')
+      ? relative(root, resolve(dirname(join(root, file)), spec))
+          .split(sep)
+          .join('/')
+      : null;
     out.push({ spec, target });
   }
   return out;
@@ -61,7 +73,8 @@ t.test('other folders are reached only through their public entry', async (t) =>
   // runner expose their entry modules to the CLI only.
   for (const file of sources('control-plane')) {
     for (const imp of imports(file)) {
-      if (imp.target?.startsWith('egress-proxy/')) t.equal(imp.target, 'egress-proxy/index.js', `${file} -> ${imp.spec}`);
+      if (imp.target?.startsWith('egress-proxy/'))
+        t.equal(imp.target, 'egress-proxy/index.js', `${file} -> ${imp.spec}`);
     }
   }
 });
@@ -75,7 +88,10 @@ t.test('the verifier path is isomorphic: nothing reachable from shared/proof imp
     if (seen.has(file)) continue;
     seen.add(file);
     for (const imp of imports(file)) {
-      t.notOk(imp.spec.startsWith('node:') || ['fs', 'crypto', 'path', 'buffer', 'net'].includes(imp.spec), `${file} imports ${imp.spec}`);
+      t.notOk(
+        imp.spec.startsWith('node:') || ['fs', 'crypto', 'path', 'buffer', 'net'].includes(imp.spec),
+        `${file} imports ${imp.spec}`,
+      );
       if (imp.target) {
         t.notOk(imp.target.startsWith('shared/node/'), `${file} reaches Node-only ${imp.spec}`);
         queue.push(imp.target.replace(/\.js$/, '.ts'));
@@ -90,7 +106,8 @@ t.test('control-plane domain has no I/O and depends on no adapter', async (t) =>
   for (const file of sources('control-plane/domain')) {
     for (const imp of imports(file)) {
       t.notOk(io.test(imp.spec), `${file} imports ${imp.spec}`);
-      if (imp.target?.startsWith('control-plane/')) t.ok(imp.target.startsWith('control-plane/domain/'), `${file} -> ${imp.spec}`);
+      if (imp.target?.startsWith('control-plane/'))
+        t.ok(imp.target.startsWith('control-plane/domain/'), `${file} -> ${imp.spec}`);
     }
   }
 });

@@ -13,9 +13,16 @@ const runners: [string, string, string][] = [
   ['python3', 'python3', join(dir, 'python3-batch/batch.py')],
   ['node (project Node 24)', process.execPath, join(dir, 'node-batch/batch.mjs')],
 ];
-if (existsSync('/usr/bin/node')) runners.push(['node (system, as in the capsule)', '/usr/bin/node', join(dir, 'node-batch/batch.mjs')]);
+if (existsSync('/usr/bin/node'))
+  runners.push(['node (system, as in the capsule)', '/usr/bin/node', join(dir, 'node-batch/batch.mjs')]);
 
-type Result = { custom_id: string | null; status: string; output: { sha512: string; characters: number; words: number } | null; error_code: string | null; error_message: string | null };
+type Result = {
+  custom_id: string | null;
+  status: string;
+  output: { sha512: string; characters: number; words: number } | null;
+  error_code: string | null;
+  error_message: string | null;
+};
 
 const work = mkdtempSync(join(tmpdir(), 'capsulefile-batch-'));
 t.teardown(() => rmSync(work, { recursive: true, force: true }));
@@ -36,7 +43,13 @@ for (let i = 0; i < 10_000; i++) {
   else {
     const input = `h\u00e9llo w\u00f6rld \u{1F600}\t${'x'.repeat(i % 50)} `.repeat((i % 5) + 1);
     good.set(`r${i}`, input);
-    const json = i % 2 ? JSON.stringify({ custom_id: `r${i}`, input }) : JSON.stringify({ input, custom_id: `r${i}` }).replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+    const json =
+      i % 2
+        ? JSON.stringify({ custom_id: `r${i}`, input })
+        : JSON.stringify({ input, custom_id: `r${i}` }).replace(
+            /[\u0080-\uffff]/g,
+            (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+          );
     lines.push(Buffer.from(json + (i % 3 ? '\n' : '\r\n')));
   }
 }
@@ -58,10 +71,17 @@ for (const [label, exe, script] of runners) {
     t.ok(ms < 20_000, 'fast (streaming)');
     const bytes = readFileSync(out);
     outputs.push(bytes);
-    const results = bytes.toString('utf8').trimEnd().split('\n').map((l) => JSON.parse(l) as Result);
+    const results = bytes
+      .toString('utf8')
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Result);
     t.equal(results.length, 10_000 - 10 + 2, 'one result per non-blank line');
     t.same(JSON.parse(r.stdout), { records: results.length, succeeded: good.size + 1, errored: 10 * 7 + 1 });
-    t.ok(results.every((res) => Object.keys(res).join() === 'custom_id,status,output,error_code,error_message'), 'every result has exactly the convention fields');
+    t.ok(
+      results.every((res) => Object.keys(res).join() === 'custom_id,status,output,error_code,error_message'),
+      'every result has exactly the convention fields',
+    );
     const byId = new Map(results.filter((x) => x.custom_id !== null).map((x) => [x.custom_id, x]));
     let checked = 0;
     for (const [id, text] of good) {
@@ -71,7 +91,8 @@ for (const [label, exe, script] of runners) {
         res.output.sha512 === createHash('sha512').update(text, 'utf8').digest('hex') &&
         res.output.characters === [...text].length &&
         res.output.words === text.split(/[ \t\n\r\f\v]+/).filter(Boolean).length
-      ) checked++;
+      )
+        checked++;
     }
     t.equal(checked, good.size, 'every good record has the right output');
     const codes = (code: string) => results.filter((x) => x.error_code === code);
@@ -80,10 +101,29 @@ for (const [label, exe, script] of runners) {
     t.equal(codes('invalid_record').length, 20);
     t.equal(codes('invalid_input').length, 20);
     t.equal(codes('record_too_large').length, 1);
-    t.same(results.find((x) => x.error_code === 'invalid_json'), { custom_id: null, status: 'errored', output: null, error_code: 'invalid_json', error_message: 'line 8: not valid JSON' });
-    t.same(byId.get('r11'), { custom_id: 'r11', status: 'errored', output: null, error_code: 'invalid_input', error_message: 'input must be a string' });
+    t.same(
+      results.find((x) => x.error_code === 'invalid_json'),
+      {
+        custom_id: null,
+        status: 'errored',
+        output: null,
+        error_code: 'invalid_json',
+        error_message: 'line 8: not valid JSON',
+      },
+    );
+    t.same(byId.get('r11'), {
+      custom_id: 'r11',
+      status: 'errored',
+      output: null,
+      error_code: 'invalid_input',
+      error_message: 'input must be a string',
+    });
     t.equal(results.at(-1)?.custom_id, 'last');
-    t.notMatch(bytes.toString('utf8'), /\{not json|xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx/, 'errors never echo record content');
+    t.notMatch(
+      bytes.toString('utf8'),
+      /\{not json|xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx/,
+      'errors never echo record content',
+    );
   });
 
   t.test(`${label}: unreadable input exits 1 with one line and no output`, async (t) => {

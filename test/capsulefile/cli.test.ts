@@ -14,12 +14,18 @@ const systemDir = fileURLToPath(new URL('../../../policies/system-capsulefiles/'
 const sha = (b: Uint8Array | string): string => `sha512:${createHash('sha512').update(b).digest('hex')}`;
 const clean = { PATH: process.env['PATH'] ?? '' }; // no CAPSULE_* from the caller's environment
 
-function run(args: string[], env: Record<string, string> = {}): { status: number | null; stdout: string; stderr: string } {
+function run(
+  args: string[],
+  env: Record<string, string> = {},
+): { status: number | null; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, [cli, 'capsulefile', ...args], { encoding: 'utf8', env: { ...clean, ...env } });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 /** Async form: needed when the test process itself serves the API the CLI calls. */
-function runAsync(args: string[], env: Record<string, string> = {}): Promise<{ status: number | null; stdout: string; stderr: string }> {
+function runAsync(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ status: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
     const p = spawn(process.execPath, [cli, 'capsulefile', ...args], { env: { ...clean, ...env } });
     let stdout = '';
@@ -30,7 +36,11 @@ function runAsync(args: string[], env: Record<string, string> = {}): Promise<{ s
   });
 }
 
-function sourceDir(t: { teardown(fn: () => void): void }, yaml: string, files: Record<string, string | Uint8Array>): string {
+function sourceDir(
+  t: { teardown(fn: () => void): void },
+  yaml: string,
+  files: Record<string, string | Uint8Array>,
+): string {
   const dir = mkdtempSync(join(tmpdir(), 'capsulefile-cli-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   writeFileSync(join(dir, 'Capsulefile.yaml'), yaml);
@@ -41,7 +51,8 @@ function sourceDir(t: { teardown(fn: () => void): void }, yaml: string, files: R
   return dir;
 }
 
-const yaml = 'name: demo\nruntime: python3\nentrypoint: python3 main.py\nenv_vars: {MODE: "x"}\nfiles:\n  - main.py\n  - util.py\n';
+const yaml =
+  'name: demo\nruntime: python3\nentrypoint: python3 main.py\nenv_vars: {MODE: "x"}\nfiles:\n  - main.py\n  - util.py\n';
 const files = { 'main.py': 'print(1)\n', 'util.py': new Uint8Array([0, 1, 2, 255]) };
 
 t.test('hash prints the library hash of the source directory', async (t) => {
@@ -51,7 +62,11 @@ t.test('hash prints the library hash of the source directory', async (t) => {
   const parsed = parseCapsulefileYaml(readFileSync(join(dir, 'Capsulefile.yaml')));
   const expected = contentHash(
     parsed.definition,
-    Object.entries(files).map(([filename, body]) => ({ filename, size_bytes: typeof body === 'string' ? Buffer.byteLength(body) : body.length, sha512: sha(body) })),
+    Object.entries(files).map(([filename, body]) => ({
+      filename,
+      size_bytes: typeof body === 'string' ? Buffer.byteLength(body) : body.length,
+      sha512: sha(body),
+    })),
   );
   t.equal(r.stdout, `${expected}\n`);
   t.equal(run(['hash', dir]).stdout, r.stdout, 'stable across runs');
@@ -122,14 +137,22 @@ async function stubApi(t: { teardown(fn: () => void): void }, opts: { failUpload
   };
   const server = createServer((req, res) => {
     void (async () => {
-      seen.push({ method: req.method ?? '', url: req.url ?? '', auth: req.headers.authorization, idem: req.headers['idempotency-key'] as string | undefined });
+      seen.push({
+        method: req.method ?? '',
+        url: req.url ?? '',
+        auth: req.headers.authorization,
+        idem: req.headers['idempotency-key'] as string | undefined,
+      });
       const send = (status: number, json?: unknown): void => {
-        res.writeHead(status, { 'content-type': 'application/json' }).end(json === undefined ? undefined : JSON.stringify(json));
+        res
+          .writeHead(status, { 'content-type': 'application/json' })
+          .end(json === undefined ? undefined : JSON.stringify(json));
       };
       const u = new URL(req.url ?? '/', 'http://x');
       const m = /^\/v1\/capsulefiles(?:\/(cf_\w+)(?:\/(files|finalize))?)?$/.exec(u.pathname);
       const raw = await body(req);
-      if (req.headers.authorization !== 'Bearer svc_test_key') return send(401, { error: { code: 'invalid_api_key', message: 'bad key' } });
+      if (req.headers.authorization !== 'Bearer svc_test_key')
+        return send(401, { error: { code: 'invalid_api_key', message: 'bad key' } });
       if (!m) return send(404, { error: { code: 'resource_not_found', message: 'no route' } });
       const [, id, sub] = m;
       if (req.method === 'POST' && !id) {
@@ -141,12 +164,18 @@ async function stubApi(t: { teardown(fn: () => void): void }, opts: { failUpload
       if (!d) return send(404, { error: { code: 'resource_not_found', message: 'no such Capsulefile' } });
       if (req.method === 'POST' && sub === 'files') {
         const filename = u.searchParams.get('filename') ?? '';
-        if (filename === opts.failUploadOf) return send(400, { error: { code: 'invalid_parameters', message: 'body: file is larger than allowed' } });
+        if (filename === opts.failUploadOf)
+          return send(400, { error: { code: 'invalid_parameters', message: 'body: file is larger than allowed' } });
         d.files.push({ filename, size_bytes: raw.length, sha512: sha(raw) });
         return send(200, { capsulefile_id: id, filename, size_bytes: raw.length, sha512: sha(raw) });
       }
       if (req.method === 'POST' && sub === 'finalize') {
-        return send(200, { id, status: 'finalized', content_hash: contentHash(d.def as never, d.files), file_count: d.files.length });
+        return send(200, {
+          id,
+          status: 'finalized',
+          content_hash: contentHash(d.def as never, d.files),
+          file_count: d.files.length,
+        });
       }
       if (req.method === 'DELETE' && !sub) {
         drafts.delete(id ?? '');
@@ -167,12 +196,15 @@ t.test('push creates, uploads, finalizes and prints id and content hash', async 
   const r = await runAsync(['push', dir], { CAPSULE_API_URL: api.url, CAPSULE_API_KEY: 'svc_test_key' });
   t.equal(r.status, 0, r.stderr);
   t.equal(r.stdout, `cf_1 ${local}\n`);
-  t.same(api.seen.map((s) => `${s.method} ${s.url}`), [
-    'POST /v1/capsulefiles',
-    'POST /v1/capsulefiles/cf_1/files?filename=main.py',
-    'POST /v1/capsulefiles/cf_1/files?filename=util.py',
-    'POST /v1/capsulefiles/cf_1/finalize',
-  ]);
+  t.same(
+    api.seen.map((s) => `${s.method} ${s.url}`),
+    [
+      'POST /v1/capsulefiles',
+      'POST /v1/capsulefiles/cf_1/files?filename=main.py',
+      'POST /v1/capsulefiles/cf_1/files?filename=util.py',
+      'POST /v1/capsulefiles/cf_1/finalize',
+    ],
+  );
   t.ok(api.seen.every((s) => s.auth === 'Bearer svc_test_key'));
   t.ok(api.seen[0]?.idem && api.seen[3]?.idem, 'create and finalize carry an Idempotency-Key');
 });
@@ -180,9 +212,15 @@ t.test('push creates, uploads, finalizes and prints id and content hash', async 
 t.test('push flags override the environment; failures are one line and leave no draft', async (t) => {
   const api = await stubApi(t, { failUploadOf: 'util.py' });
   const dir = sourceDir(t, yaml, files);
-  let r = await runAsync(['push', dir, '--api-key=svc_test_key'], { CAPSULE_API_URL: api.url, CAPSULE_API_KEY: 'wrong' });
+  let r = await runAsync(['push', dir, '--api-key=svc_test_key'], {
+    CAPSULE_API_URL: api.url,
+    CAPSULE_API_KEY: 'wrong',
+  });
   t.equal(r.status, 1);
-  t.match(r.stderr, /^capsule capsulefile push: POST \/v1\/capsulefiles\/cf_1\/files: 400 invalid_parameters: body: file is larger than allowed\n$/);
+  t.match(
+    r.stderr,
+    /^capsule capsulefile push: POST \/v1\/capsulefiles\/cf_1\/files: 400 invalid_parameters: body: file is larger than allowed\n$/,
+  );
   t.equal(api.drafts.size, 0, 'the draft was deleted');
   t.equal(api.seen.at(-1)?.method, 'DELETE');
   r = await runAsync(['push', dir], { CAPSULE_API_URL: api.url, CAPSULE_API_KEY: 'wrong' });

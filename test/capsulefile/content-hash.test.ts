@@ -38,7 +38,11 @@ t.test('same inputs give the same hash; input key order and file order do not ma
   t.equal(contentHash(full, files), h);
   const reordered = Object.fromEntries(Object.entries(full).reverse()) as CapsulefileDefinition;
   t.equal(contentHash(reordered, [...files].reverse()), h);
-  t.equal(contentHash(structuredClone(full), structuredClone(files)), h, 'a deep copy (as from a database) hashes the same');
+  t.equal(
+    contentHash(structuredClone(full), structuredClone(files)),
+    h,
+    'a deep copy (as from a database) hashes the same',
+  );
 });
 
 t.test('every definition field changes the hash', async (t) => {
@@ -67,7 +71,11 @@ t.test('every definition field changes the hash', async (t) => {
   // Declaring an optional field versus leaving it out also changes the hash.
   const { tls_ocsp_check: _omit, ...withoutOcsp } = full;
   t.not(contentHash(withoutOcsp, files), base, 'omitting a field changes the hash');
-  t.not(contentHash({ ...full, egress_declaration: [...(full.egress_declaration ?? [])].reverse() }, files), base, 'list order is significant');
+  t.not(
+    contentHash({ ...full, egress_declaration: [...(full.egress_declaration ?? [])].reverse() }, files),
+    base,
+    'list order is significant',
+  );
 });
 
 t.test('every file attribute changes the hash', async (t) => {
@@ -96,20 +104,38 @@ t.test('the canonical form is the documented fixed object', async (t) => {
     '","size_bytes":9}],"format":"capsulefile-content/v1"}';
   t.equal(canonicalize(c), text);
   t.equal(contentHash(minimal, [{ filename: 'main.py', size_bytes: 9, sha512: sha('print(1)\n') }]), sha(text));
-  t.equal(sha(text), 'sha512:2af36d51bcd4ac14b80ee8fd4bbf61180c17421407f8573c078358d252299d43679b032b3030ce48cd9dcdf746f70f46dc031ccf3951e93dabac430782c943df', 'documented example value');
+  t.equal(
+    sha(text),
+    'sha512:2af36d51bcd4ac14b80ee8fd4bbf61180c17421407f8573c078358d252299d43679b032b3030ce48cd9dcdf746f70f46dc031ccf3951e93dabac430782c943df',
+    'documented example value',
+  );
 });
 
 t.test('bad file entries are refused naming the entry', async (t) => {
   const ok = files[0] as CapsulefileFileEntry;
-  t.throws(() => contentHash(full, [ok, { ...ok }]), { code: 'invalid_parameters', message: /files\.1\.filename: .*listed twice/ });
+  t.throws(() => contentHash(full, [ok, { ...ok }]), {
+    code: 'invalid_parameters',
+    message: /files\.1\.filename: .*listed twice/,
+  });
   t.throws(() => contentHash(full, [{ ...ok, filename: '../x' }]), { message: /files\.0\.filename: .*traversal/ });
   t.throws(() => contentHash(full, [{ ...ok, size_bytes: 0 }]), { message: /files\.0\.size_bytes: .*empty/ });
   t.throws(() => contentHash(full, [{ ...ok, sha512: 'sha512:XYZ' }]), { message: /files\.0\.sha512/ });
-  t.throws(() => contentHash({ ...full, bogus: 1 } as CapsulefileDefinition, files), { message: /^bogus: unknown field/ });
+  t.throws(() => contentHash({ ...full, bogus: 1 } as CapsulefileDefinition, files), {
+    message: /^bogus: unknown field/,
+  });
 });
 
 t.test('lone surrogates are refused before hashing', async (t) => {
-  t.throws(() => parseDefinition({ name: 'a', runtime: 'b', entrypoint: 'echo \ud800' }), { code: 'invalid_parameters', message: /^entrypoint: must be well-formed Unicode/ });
-  t.throws(() => parseDefinition({ name: 'a', runtime: 'b', entrypoint: 'x', env_vars: { A: 'x\udc00' } }), { message: /^env_vars\.A: must be well-formed/ });
-  t.equal(parseDefinition({ name: 'a', runtime: 'b', entrypoint: 'echo \ud83d\ude00' }).entrypoint, 'echo \u{1F600}', 'a surrogate pair is fine');
+  t.throws(() => parseDefinition({ name: 'a', runtime: 'b', entrypoint: 'echo \ud800' }), {
+    code: 'invalid_parameters',
+    message: /^entrypoint: must be well-formed Unicode/,
+  });
+  t.throws(() => parseDefinition({ name: 'a', runtime: 'b', entrypoint: 'x', env_vars: { A: 'x\udc00' } }), {
+    message: /^env_vars\.A: must be well-formed/,
+  });
+  t.equal(
+    parseDefinition({ name: 'a', runtime: 'b', entrypoint: 'echo \ud83d\ude00' }).entrypoint,
+    'echo \u{1F600}',
+    'a surrogate pair is fine',
+  );
 });

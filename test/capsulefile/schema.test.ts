@@ -1,6 +1,12 @@
 import t, { type Test } from 'tap';
 import { ApiError } from '../../shared/errors.js';
-import { checkEgressEntry, filenameProblem, fileSizeProblem, limits, parseDefinition } from '../../control-plane/capsulefile/index.js';
+import {
+  checkEgressEntry,
+  filenameProblem,
+  fileSizeProblem,
+  limits,
+  parseDefinition,
+} from '../../control-plane/capsulefile/index.js';
 
 const base = { name: 'demo', runtime: 'python3', entrypoint: 'python3 main.py' };
 
@@ -27,7 +33,12 @@ t.test('required fields and unknown fields are named', async (t) => {
   }
   refuses(t, { ...base, colour: 'red' }, 'colour', /unknown field/);
   refuses(t, { ...base, mcp_policy: { allowed_tools: ['a'], extra: 1 } }, 'mcp_policy.extra', /unknown field/);
-  refuses(t, { ...base, signing_config: { endpoint: 'https://a.example', key: 'x' } }, 'signing_config.key', /unknown field/);
+  refuses(
+    t,
+    { ...base, signing_config: { endpoint: 'https://a.example', key: 'x' } },
+    'signing_config.key',
+    /unknown field/,
+  );
   refuses(t, { ...base, packages: { cargo: ['serde'] } }, 'packages.cargo', /unknown package ecosystem/);
   refuses(t, 'not an object', 'body');
   refuses(t, null, 'body');
@@ -47,7 +58,8 @@ t.test('scalar fields', async (t) => {
   refuses(t, { ...base, default_ttl: '300' }, 'default_ttl', /expected number/);
   refuses(t, { ...base, memory_mb: limits.MEMORY_MB_MAX + 1 }, 'memory_mb');
   refuses(t, { ...base, tls_ocsp_check: 'yes' }, 'tls_ocsp_check');
-  for (const c of ['general', 'PHI', 'PII', 'financial', 'credentials']) t.equal(parseDefinition({ ...base, data_classification: c }).data_classification, c);
+  for (const c of ['general', 'PHI', 'PII', 'financial', 'credentials'])
+    t.equal(parseDefinition({ ...base, data_classification: c }).data_classification, c);
 });
 
 t.test('env_vars, packages, mcp_policy, TLS and signing shapes', async (t) => {
@@ -56,40 +68,106 @@ t.test('env_vars, packages, mcp_policy, TLS and signing shapes', async (t) => {
   refuses(t, { ...base, env_vars: { 'A-B': 'x' } }, 'env_vars.A-B');
   refuses(t, { ...base, env_vars: { A: 1 } }, 'env_vars.A');
   refuses(t, { ...base, env_vars: { A: 'x\0' } }, 'env_vars.A', /NUL/);
-  refuses(t, { ...base, env_vars: Object.fromEntries(Array.from({ length: limits.ENV_VARS_MAX + 1 }, (_, i) => [`V${i}`, 'x'])) }, 'env_vars');
-  t.same(parseDefinition({ ...base, packages: { npm: ['@scope/pkg', 'left-pad'], pip: ['requests'] } }).packages, { npm: ['@scope/pkg', 'left-pad'], pip: ['requests'] });
+  refuses(
+    t,
+    {
+      ...base,
+      env_vars: Object.fromEntries(Array.from({ length: limits.ENV_VARS_MAX + 1 }, (_, i) => [`V${i}`, 'x'])),
+    },
+    'env_vars',
+  );
+  t.same(parseDefinition({ ...base, packages: { npm: ['@scope/pkg', 'left-pad'], pip: ['requests'] } }).packages, {
+    npm: ['@scope/pkg', 'left-pad'],
+    pip: ['requests'],
+  });
   refuses(t, { ...base, packages: { pip: [] } }, 'packages.pip');
   refuses(t, { ...base, packages: { pip: ['a', 'a'] } }, 'packages.pip', /twice/);
   refuses(t, { ...base, packages: { pip: ['requests; rm -rf /'] } }, 'packages.pip.0');
   t.same(parseDefinition({ ...base, mcp_policy: { allowed_tools: [] } }).mcp_policy, { allowed_tools: [] });
   refuses(t, { ...base, mcp_policy: {} }, 'mcp_policy', /allowed_tools, prohibited_tools or both/);
   refuses(t, { ...base, mcp_policy: { allowed_tools: ['a', 'a'] } }, 'mcp_policy.allowed_tools', /twice/);
-  refuses(t, { ...base, mcp_policy: { allowed_tools: ['x'], prohibited_tools: ['x'] } }, 'mcp_policy.prohibited_tools', /both allowed and prohibited/);
+  refuses(
+    t,
+    { ...base, mcp_policy: { allowed_tools: ['x'], prohibited_tools: ['x'] } },
+    'mcp_policy.prohibited_tools',
+    /both allowed and prohibited/,
+  );
   refuses(t, { ...base, mcp_policy: { prohibited_tools: ['bad tool'] } }, 'mcp_policy.prohibited_tools.0');
   const pin = { host: 'api.example.com', cert_sha256: 'a'.repeat(64) };
   t.same(parseDefinition({ ...base, tls_pinned_certs: [pin], tls_ocsp_check: true }).tls_pinned_certs, [pin]);
-  refuses(t, { ...base, tls_pinned_certs: [{ ...pin, cert_sha256: 'A'.repeat(64) }] }, 'tls_pinned_certs.0.cert_sha256');
+  refuses(
+    t,
+    { ...base, tls_pinned_certs: [{ ...pin, cert_sha256: 'A'.repeat(64) }] },
+    'tls_pinned_certs.0.cert_sha256',
+  );
   refuses(t, { ...base, tls_pinned_certs: [{ ...pin, host: '10.0.0.1' }] }, 'tls_pinned_certs.0.host');
   refuses(t, { ...base, tls_pinned_certs: [{ ...pin, port: 443 }] }, 'tls_pinned_certs.0.port', /unknown field/);
-  refuses(t, { ...base, signing_config: { endpoint: 'http://signer.example.com' } }, 'signing_config.endpoint', /https/);
+  refuses(
+    t,
+    { ...base, signing_config: { endpoint: 'http://signer.example.com' } },
+    'signing_config.endpoint',
+    /https/,
+  );
   refuses(t, { ...base, signing_config: { endpoint: 'https://u:p@signer.example.com' } }, 'signing_config.endpoint');
   refuses(t, { ...base, signing_config: {} }, 'signing_config.endpoint', /is required/);
 });
 
 t.test('egress entries: hostnames, IPs and CIDRs', async (t) => {
   const good: Record<string, string> = {
-    'api.example.com': 'domain', localhost: 'domain', 'xn--bcher-kva.example': 'domain',
-    '203.0.113.7': 'ip_v4', '::1': 'ip_v6', '2001:db8::8a2e:370:7334': 'ip_v6', '::ffff:192.0.2.1': 'ip_v6',
-    '10.0.0.0/8': 'cidr_v4', '0.0.0.0/0': 'cidr_v4', '192.0.2.1/32': 'cidr_v4',
-    '1:2:3:4:5:6:7:8': 'ip_v6', '1::': 'ip_v6', 'FE80::A': 'ip_v6', '64:ff9b::192.0.2.33': 'ip_v6',
-    '2001:db8::/32': 'cidr_v6', '::/0': 'cidr_v6', '::ffff:192.0.2.0/120': 'cidr_v6', 'fe80::1/128': 'cidr_v6',
+    'api.example.com': 'domain',
+    localhost: 'domain',
+    'xn--bcher-kva.example': 'domain',
+    '203.0.113.7': 'ip_v4',
+    '::1': 'ip_v6',
+    '2001:db8::8a2e:370:7334': 'ip_v6',
+    '::ffff:192.0.2.1': 'ip_v6',
+    '10.0.0.0/8': 'cidr_v4',
+    '0.0.0.0/0': 'cidr_v4',
+    '192.0.2.1/32': 'cidr_v4',
+    '1:2:3:4:5:6:7:8': 'ip_v6',
+    '1::': 'ip_v6',
+    'FE80::A': 'ip_v6',
+    '64:ff9b::192.0.2.33': 'ip_v6',
+    '2001:db8::/32': 'cidr_v6',
+    '::/0': 'cidr_v6',
+    '::ffff:192.0.2.0/120': 'cidr_v6',
+    'fe80::1/128': 'cidr_v6',
   };
   for (const [e, kind] of Object.entries(good)) t.same(checkEgressEntry(e), { ok: true, kind }, e);
   const bad = [
-    '', ' api.example.com', 'API.example.com', '*.example.com', 'api.example.com:443', 'example.com.', 'a..b', '-a.example',
-    'a_b.example', '1.2.3.256', '999.1.1.1', '10.0.0.1/8', '10.0.0.0/33', '10.0.0.0/-1', '10.0.0.0/08', '2001:db8::1/32',
-    '1::/129', 'fe80::1%eth0', '1:2:3:4:5:6:7:8:9', '1:2:3:4:5:6:7', ':::1', '1::2::3', '12345::', 'g::1', '::1.2.3.4.5',
-    '::1.2.3.04', '1:2:3:4:5:6:7::8:9', '01.2.3.4', '1.2.3', '1.2.3.4.5', 'https://api.example.com', 'x'.repeat(64) + '.example', 'a.example/8',
+    '',
+    ' api.example.com',
+    'API.example.com',
+    '*.example.com',
+    'api.example.com:443',
+    'example.com.',
+    'a..b',
+    '-a.example',
+    'a_b.example',
+    '1.2.3.256',
+    '999.1.1.1',
+    '10.0.0.1/8',
+    '10.0.0.0/33',
+    '10.0.0.0/-1',
+    '10.0.0.0/08',
+    '2001:db8::1/32',
+    '1::/129',
+    'fe80::1%eth0',
+    '1:2:3:4:5:6:7:8:9',
+    '1:2:3:4:5:6:7',
+    ':::1',
+    '1::2::3',
+    '12345::',
+    'g::1',
+    '::1.2.3.4.5',
+    '::1.2.3.04',
+    '1:2:3:4:5:6:7::8:9',
+    '01.2.3.4',
+    '1.2.3',
+    '1.2.3.4.5',
+    'https://api.example.com',
+    'x'.repeat(64) + '.example',
+    'a.example/8',
   ];
   for (const e of bad) t.equal(checkEgressEntry(e).ok, false, JSON.stringify(e));
   refuses(t, { ...base, egress_declaration: ['api.example.com', '10.0.0.1/8'] }, 'egress_declaration.1', /host bits/);
@@ -98,7 +176,8 @@ t.test('egress entries: hostnames, IPs and CIDRs', async (t) => {
 });
 
 t.test('file names: plain names only; traversal, absolute, NUL, empty, oversized refused', async (t) => {
-  for (const ok of ['main.py', '.env', 'a-b_c.d', 'x'.repeat(limits.FILENAME_MAX_CHARS)]) t.equal(filenameProblem(ok), null, ok);
+  for (const ok of ['main.py', '.env', 'a-b_c.d', 'x'.repeat(limits.FILENAME_MAX_CHARS)])
+    t.equal(filenameProblem(ok), null, ok);
   const bad: Record<string, RegExp> = {
     '': /empty/,
     '../etc/passwd': /traversal/,

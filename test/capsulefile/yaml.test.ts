@@ -38,9 +38,17 @@ files:
   const r = parseCapsulefileYaml(enc(src));
   t.same(r.files, ['main.py', 'helpers.py']);
   t.same(r.definition, {
-    name: 'demo', runtime: 'python3', entrypoint: 'python3 main.py', data_classification: 'PHI',
-    egress_declaration: ['api.example.com', '10.0.0.0/8'], default_ttl: 600, memory_mb: 512, env_vars: { MODE: 'strict' },
-    packages: { apt: ['python3'] }, mcp_policy: { allowed_tools: ['search'] }, signing_config: { endpoint: 'https://signer.example.com/sign' },
+    name: 'demo',
+    runtime: 'python3',
+    entrypoint: 'python3 main.py',
+    data_classification: 'PHI',
+    egress_declaration: ['api.example.com', '10.0.0.0/8'],
+    default_ttl: 600,
+    memory_mb: 512,
+    env_vars: { MODE: 'strict' },
+    packages: { apt: ['python3'] },
+    mcp_policy: { allowed_tools: ['search'] },
+    signing_config: { endpoint: 'https://signer.example.com/sign' },
   });
   t.same(parseCapsulefileYaml(enc(`\ufeff${head}`)).files, [], 'a UTF-8 BOM is accepted; files are optional');
 });
@@ -84,7 +92,11 @@ t.test('TLS fields are API-only: refused in YAML with the line', async (t) => {
 t.test('YAML bombs: anchors and aliases are refused outright', async (t) => {
   const laughs = [
     'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
-    ...Array.from({ length: 8 }, (_, i) => `${String.fromCharCode(98 + i)}: &${String.fromCharCode(98 + i)} [*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)}]`),
+    ...Array.from(
+      { length: 8 },
+      (_, i) =>
+        `${String.fromCharCode(98 + i)}: &${String.fromCharCode(98 + i)} [*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)},*${String.fromCharCode(97 + i)}]`,
+    ),
   ].join('\n');
   const started = process.hrtime.bigint();
   const f = failure(laughs);
@@ -114,17 +126,23 @@ t.test('non-UTF-8, NUL, duplicate keys, multiple documents, nesting, size', asyn
   t.match(failure(`${head}---\nname: other\n`).message, /single YAML document/);
   t.match(failure('- a\n- b\n').message, /top level must be a mapping/);
   t.match(failure('').message, /is empty/);
-  t.match(failure('[' .repeat(20000)).message, /nested too deeply|syntax/);
+  t.match(failure('['.repeat(20000)).message, /nested too deeply|syntax/);
   t.match(failure(`${head}env_vars: ${'{a: '.repeat(20)}1${'}'.repeat(20)}\n`).message, /nested too deeply/);
   t.match(failure(`${head}# ${'x'.repeat(300 * 1024)}\n`).message, /larger than/);
   t.match(failure(`${head}{a: 1}: 2\n`).message, /keys must be plain strings/);
   t.match(failure(`${head}bad: [unclosed\n`).message, /YAML syntax error/);
-  t.match(failure(`${head}env_vars: {A: "x\\ud800"}\n`).message, /line 4: env_vars\.A: must be well-formed Unicode/, 'a lone surrogate escape');
+  t.match(
+    failure(`${head}env_vars: {A: "x\\ud800"}\n`).message,
+    /line 4: env_vars\.A: must be well-formed Unicode/,
+    'a lone surrogate escape',
+  );
 });
 
 t.test('the system Capsulefiles parse', async (t) => {
   const dir = fileURLToPath(new URL('../../../policies/system-capsulefiles/', import.meta.url));
-  const names = readdirSync(dir, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name);
+  const names = readdirSync(dir, { withFileTypes: true })
+    .filter((d) => d.isDirectory())
+    .map((d) => d.name);
   t.ok(names.length >= 2);
   for (const n of names) {
     const r = parseCapsulefileYaml(readFileSync(`${dir}${n}/Capsulefile.yaml`));

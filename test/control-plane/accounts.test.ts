@@ -23,7 +23,12 @@ for (const driver of DRIVERS) {
       t.equal(r.body.email, 'alice@example.com');
       t.equal(r.body.tier, 'free');
       t.equal(r.body.jurisdiction, 'US');
-      t.same(r.body.limits, { capsules_per_month: 100, max_ttl_seconds: 300, concurrent_capsules: 3, rate_limit_rpm: 20 });
+      t.same(r.body.limits, {
+        capsules_per_month: 100,
+        max_ttl_seconds: 300,
+        concurrent_capsules: 3,
+        rate_limit_rpm: 20,
+      });
       t.match(r.body.warning, /shown once/);
       t.match(r.headers.get('x-svc-request-id'), /^req_[0-9a-f]{24}$/);
       t.match(r.headers.get('x-svc-request-id'), /^req_/);
@@ -35,15 +40,35 @@ for (const driver of DRIVERS) {
       t.equal(me.body.usage.cdp_limit, 100);
       t.match(me.body.usage.billing_cycle_start, /^\d{4}-\d{2}-01T00:00:00\.000000Z$/);
       t.notOk('api_key' in me.body, 'the key is never shown again');
-      envelope(t, await api.req('POST', '/v1/signup', { json: { email: 'alice@example.com', jurisdiction: 'EU' } }), 409, 'resource_conflict');
+      envelope(
+        t,
+        await api.req('POST', '/v1/signup', { json: { email: 'alice@example.com', jurisdiction: 'EU' } }),
+        409,
+        'resource_conflict',
+      );
     });
 
     await t.test('auth: missing, malformed, unknown and wrong-scheme keys are 401', async (t) => {
       envelope(t, await api.req('GET', '/v1/customers/me'), 401, 'invalid_api_key');
       envelope(t, await api.req('GET', '/v1/customers/me', { key: 'svc_live_xyz' }), 401, 'invalid_api_key');
-      envelope(t, await api.req('GET', '/v1/customers/me', { key: `svc_live_${'0'.repeat(32)}` }), 401, 'invalid_api_key');
-      envelope(t, await api.req('GET', '/v1/customers/me', { headers: { authorization: `Basic ${'a'.repeat(20)}` } }), 401, 'invalid_api_key');
-      envelope(t, await api.req('GET', '/v1/capsules/cap_00', { key: `svc_test_${'a'.repeat(32)}` }), 401, 'invalid_api_key');
+      envelope(
+        t,
+        await api.req('GET', '/v1/customers/me', { key: `svc_live_${'0'.repeat(32)}` }),
+        401,
+        'invalid_api_key',
+      );
+      envelope(
+        t,
+        await api.req('GET', '/v1/customers/me', { headers: { authorization: `Basic ${'a'.repeat(20)}` } }),
+        401,
+        'invalid_api_key',
+      );
+      envelope(
+        t,
+        await api.req('GET', '/v1/capsules/cap_00', { key: `svc_test_${'a'.repeat(32)}` }),
+        401,
+        'invalid_api_key',
+      );
     });
 
     await t.test('bad input: each answer names the field, nothing is written', async (t) => {
@@ -59,11 +84,32 @@ for (const driver of DRIVERS) {
         const e = envelope(t, await api.req('POST', '/v1/signup', { json }), 400, code);
         t.match(e.message, msg, JSON.stringify(json));
       }
-      const m = envelope(t, await api.req('POST', '/v1/signup', { raw: '{"email": "a@b.c",', headers: { 'content-type': 'application/json' } }), 400, 'invalid_parameters');
+      const m = envelope(
+        t,
+        await api.req('POST', '/v1/signup', {
+          raw: '{"email": "a@b.c",',
+          headers: { 'content-type': 'application/json' },
+        }),
+        400,
+        'invalid_parameters',
+      );
       t.match(m.message, /^body: malformed JSON/);
       const big = JSON.stringify({ email: 'a@b.c', jurisdiction: 'EU', pad: 'x'.repeat(700 * 1024) });
-      envelope(t, await api.req('POST', '/v1/signup', { raw: big, headers: { 'content-type': 'application/json' } }), 413, 'payload_too_large');
-      const ct = envelope(t, await api.req('POST', '/v1/signup', { raw: 'email=a', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), 400, 'invalid_parameters');
+      envelope(
+        t,
+        await api.req('POST', '/v1/signup', { raw: big, headers: { 'content-type': 'application/json' } }),
+        413,
+        'payload_too_large',
+      );
+      const ct = envelope(
+        t,
+        await api.req('POST', '/v1/signup', {
+          raw: 'email=a',
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        }),
+        400,
+        'invalid_parameters',
+      );
       t.match(ct.message, /^Content-Type/);
       // None of those created an account: this signup of x@y.z is the first.
       t.equal((await api.req('POST', '/v1/signup', { json: { email: 'x@y.z', jurisdiction: 'EU' } })).status, 201);
@@ -105,7 +151,9 @@ for (const driver of DRIVERS) {
     });
 
     await t.test('contact stores the message', async (t) => {
-      const r = await api.req('POST', '/v1/contact', { json: { email: 'c@d.ef', name: 'Zoë', company: 'Ünïcode GmbH', message: 'hello ✓', source: 'web' } });
+      const r = await api.req('POST', '/v1/contact', {
+        json: { email: 'c@d.ef', name: 'Zoë', company: 'Ünïcode GmbH', message: 'hello ✓', source: 'web' },
+      });
       t.equal(r.status, 200);
       t.same(r.body, { status: 'received' });
       envelope(t, await api.req('POST', '/v1/contact', { json: { email: 'c@d.ef' } }), 400, 'invalid_parameters');
@@ -123,13 +171,15 @@ for (const driver of DRIVERS) {
     const { api } = s;
     // signup: 10 per minute per IP (one used below by the customer's signup)
     const { key } = await api.signup();
-    for (let i = 0; i < 9; i++) t.equal((await api.req('POST', '/v1/signup', { json: { email: `r${i}@x.io`, jurisdiction: 'EU' } })).status, 201);
+    for (let i = 0; i < 9; i++)
+      t.equal((await api.req('POST', '/v1/signup', { json: { email: `r${i}@x.io`, jurisdiction: 'EU' } })).status, 201);
     const over = await api.req('POST', '/v1/signup', { json: { email: 'late@x.io', jurisdiction: 'EU' } });
     const e = envelope(t, over, 429, 'rate_limited');
     t.ok(e.retry_after >= 1 && e.retry_after <= 60, 'retry_after in seconds');
     t.equal(over.headers.get('retry-after'), String(e.retry_after), 'Retry-After header equals retry_after');
     // contact: 5 per minute per IP
-    for (let i = 0; i < 5; i++) t.equal((await api.req('POST', '/v1/contact', { json: { email: 'c@d.ef', message: 'm' } })).status, 200);
+    for (let i = 0; i < 5; i++)
+      t.equal((await api.req('POST', '/v1/contact', { json: { email: 'c@d.ef', message: 'm' } })).status, 200);
     envelope(t, await api.req('POST', '/v1/contact', { json: { email: 'c@d.ef', message: 'm' } }), 429, 'rate_limited');
     // verify: 60 per minute per IP
     for (let i = 0; i < 60; i++) await api.req('POST', '/v1/verify', { json: {} });
@@ -148,7 +198,11 @@ for (const driver of DRIVERS) {
   t.test(`${driver}: rate limits can be turned off (benchmarks only)`, async (t) => {
     const s = await start(driver, noRunner, { CAPSULE_RATE_LIMITS: 'off' });
     t.teardown(s.close);
-    for (let i = 0; i < 12; i++) t.equal((await s.api.req('POST', '/v1/signup', { json: { email: `n${i}@x.io`, jurisdiction: 'EU' } })).status, 201);
+    for (let i = 0; i < 12; i++)
+      t.equal(
+        (await s.api.req('POST', '/v1/signup', { json: { email: `n${i}@x.io`, jurisdiction: 'EU' } })).status,
+        201,
+      );
   });
 }
 
@@ -160,7 +214,11 @@ for (const driver of DRIVERS) {
     const s = await start(driver, noRunner);
     t.teardown(s.close);
     const { key, email } = await s.api.signup();
-    const admin = (...args: string[]) => spawnSync(process.execPath, [cli, 'admin', ...args], { encoding: 'utf8', env: { ...process.env, DATABASE_URL: s.db.url } });
+    const admin = (...args: string[]) =>
+      spawnSync(process.execPath, [cli, 'admin', ...args], {
+        encoding: 'utf8',
+        env: { ...process.env, DATABASE_URL: s.db.url },
+      });
     const ok = admin('set-tier', '--email', email.toUpperCase(), '--tier', 'team');
     t.equal(ok.status, 0, ok.stderr);
     t.match(ok.stdout, /tier business/);
@@ -197,20 +255,32 @@ t.test('capsule serve: bad options exit 2; a separate runner socket that is down
   const help = spawnSync(process.execPath, [cli, 'serve', '--help'], { encoding: 'utf8' });
   t.equal(help.status, 0);
   t.match(help.stdout, /--runner-socket/);
-  const bad = spawnSync(process.execPath, [cli, 'serve', '--port', '0'], { encoding: 'utf8', env: { ...process.env, DATABASE_URL: 'mysql://x' } });
+  const bad = spawnSync(process.execPath, [cli, 'serve', '--port', '0'], {
+    encoding: 'utf8',
+    env: { ...process.env, DATABASE_URL: 'mysql://x' },
+  });
   t.equal(bad.status, 2);
   t.match(bad.stderr, /DATABASE_URL/);
 
   const dataDir = mkdtempSync(join(tmpdir(), 'cp-serve-sock-'));
   const { rmSync } = await import('node:fs');
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
-  const child = spawn(process.execPath, [cli, 'serve', '--port', '0', '--data-dir', dataDir, '--runner-socket', join(dataDir, 'absent.sock')], {
-    stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'silent' },
-  });
+  const child = spawn(
+    process.execPath,
+    [cli, 'serve', '--port', '0', '--data-dir', dataDir, '--runner-socket', join(dataDir, 'absent.sock')],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, LOG_LEVEL: 'silent' },
+    },
+  );
   const url = await new Promise<string>((resolve, reject) => {
     let out = '';
     child.once('exit', (c) => reject(new Error(`exited ${c}`)));
-    child.stdout!.on('data', (b: Buffer) => { out += b.toString(); const m = /listening on (\S+)/.exec(out); if (m?.[1]) resolve(m[1]); });
+    child.stdout!.on('data', (b: Buffer) => {
+      out += b.toString();
+      const m = /listening on (\S+)/.exec(out);
+      if (m?.[1]) resolve(m[1]);
+    });
   });
   const { Api } = await import('./harness.js');
   const api = new Api(url);

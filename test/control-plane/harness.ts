@@ -19,7 +19,10 @@ export const PG_ADMIN = 'postgres://postgres@127.0.0.1:5432/test';
 export type Driver = 'sqlite' | 'postgresql';
 export const DRIVERS: Driver[] = ['sqlite', 'postgresql'];
 
-export interface FreshDb { url: string; drop(): Promise<void> }
+export interface FreshDb {
+  url: string;
+  drop(): Promise<void>;
+}
 
 /** A database no other test sees: `file:` URL for SQLite, a new PG database. */
 export async function freshDb(driver: Driver): Promise<FreshDb> {
@@ -30,13 +33,21 @@ export async function freshDb(driver: Driver): Promise<FreshDb> {
   const name = `cp_test_${process.pid}_${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: PG_ADMIN });
   await admin.connect();
-  try { await admin.query(`create database ${name}`); } finally { await admin.end(); }
+  try {
+    await admin.query(`create database ${name}`);
+  } finally {
+    await admin.end();
+  }
   return {
     url: `postgres://postgres@127.0.0.1:5432/${name}`,
     drop: async () => {
       const c = new pg.Client({ connectionString: PG_ADMIN });
       await c.connect();
-      try { await c.query(`drop database if exists ${name} with (force)`); } finally { await c.end(); }
+      try {
+        await c.query(`drop database if exists ${name} with (force)`);
+      } finally {
+        await c.end();
+      }
     },
   };
 }
@@ -44,17 +55,33 @@ export async function freshDb(driver: Driver): Promise<FreshDb> {
 /** A config on `dbUrl` with its own temp data dir (remove `config.dataDir` when done). */
 export function testConfig(dbUrl: string, env: Record<string, string> = {}): Config {
   const dataDir = mkdtempSync(join(tmpdir(), 'cp-data-'));
-  return loadConfig({ CAPSULE_DATA_DIR: dataDir, LOG_LEVEL: 'silent', ...env }, { port: 0, databaseUrl: dbUrl, runnerSocket: null });
+  return loadConfig(
+    { CAPSULE_DATA_DIR: dataDir, LOG_LEVEL: 'silent', ...env },
+    { port: 0, databaseUrl: dbUrl, runnerSocket: null },
+  );
 }
 
-export interface Started { cp: ControlPlane; api: Api; db: FreshDb; close(): Promise<void> }
+export interface Started {
+  cp: ControlPlane;
+  api: Api;
+  db: FreshDb;
+  close(): Promise<void>;
+}
 
-export async function start(driver: Driver, runner: RunnerPort, env: Record<string, string> = {}, db?: FreshDb, opts: StartOptions = {}): Promise<Started> {
-  const database = db ?? await freshDb(driver);
+export async function start(
+  driver: Driver,
+  runner: RunnerPort,
+  env: Record<string, string> = {},
+  db?: FreshDb,
+  opts: StartOptions = {},
+): Promise<Started> {
+  const database = db ?? (await freshDb(driver));
   const config = testConfig(database.url, env);
   const cp = await startControlPlane(config, runner, { logger: pino({ level: 'silent' }), ...opts });
   return {
-    cp, db: database, api: new Api(cp.url),
+    cp,
+    db: database,
+    api: new Api(cp.url),
     close: async () => {
       await cp.close();
       if (!db) await database.drop();
@@ -63,26 +90,46 @@ export async function start(driver: Driver, runner: RunnerPort, env: Record<stri
   };
 }
 
-export interface Res { status: number; headers: Headers; text: string; body: any; bytes: Uint8Array }
+export interface Res {
+  status: number;
+  headers: Headers;
+  text: string;
+  body: any;
+  bytes: Uint8Array;
+}
 
 export class Api {
   constructor(readonly base: string) {}
 
-  async req(method: string, path: string, opts: { key?: string; json?: unknown; raw?: string | Uint8Array; headers?: Record<string, string> } = {}): Promise<Res> {
+  async req(
+    method: string,
+    path: string,
+    opts: { key?: string; json?: unknown; raw?: string | Uint8Array; headers?: Record<string, string> } = {},
+  ): Promise<Res> {
     const headers: Record<string, string> = { ...(opts.headers ?? {}) };
     if (opts.key) headers.authorization = `Bearer ${opts.key}`;
     let body: string | Uint8Array | undefined;
-    if (opts.json !== undefined) { body = JSON.stringify(opts.json); headers['content-type'] ??= 'application/json'; }
+    if (opts.json !== undefined) {
+      body = JSON.stringify(opts.json);
+      headers['content-type'] ??= 'application/json';
+    }
     if (opts.raw !== undefined) body = opts.raw;
     const r = await fetch(this.base + path, { method, headers, ...(body !== undefined ? { body } : {}) });
     const bytes = new Uint8Array(await r.arrayBuffer());
     const text = Buffer.from(bytes).toString('utf8');
     let parsed: unknown = undefined;
-    try { parsed = JSON.parse(text); } catch { /* raw body */ }
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      /* raw body */
+    }
     return { status: r.status, headers: r.headers, text, body: parsed, bytes };
   }
 
-  async signup(email = `u${randomBytes(5).toString('hex')}@example.com`, jurisdiction = 'EU'): Promise<{ key: string; customer_id: string; email: string }> {
+  async signup(
+    email = `u${randomBytes(5).toString('hex')}@example.com`,
+    jurisdiction = 'EU',
+  ): Promise<{ key: string; customer_id: string; email: string }> {
     const r = await this.req('POST', '/v1/signup', { json: { email, jurisdiction } });
     if (r.status !== 201) throw new Error(`signup failed: ${r.status} ${r.text}`);
     return { key: r.body.api_key, customer_id: r.body.customer_id, email };

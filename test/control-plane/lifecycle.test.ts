@@ -44,9 +44,18 @@ for (const driver of DRIVERS) {
     const bob = await api.signup(undefined, 'US');
 
     await t.test('create -> upload -> exec -> output -> destroy -> proofs', async (t) => {
-      const meta = { 'patient-ref': 'Zoë ✓ 日本語', 'ключ': 'значение', '🔑': '\u0000 nul and \u202e bidi', ['__proto__']: 'plain data' };
+      const meta = {
+        'patient-ref': 'Zoë ✓ 日本語',
+        ключ: 'значение',
+        '🔑': '\u0000 nul and \u202e bidi',
+        ['__proto__']: 'plain data',
+      };
       const raw = JSON.stringify({ ttl: 120, data_classification: 'PHI', metadata: meta });
-      const cr = await api.req('POST', '/v1/capsules', { key: alice.key, raw, headers: { 'content-type': 'application/json' } });
+      const cr = await api.req('POST', '/v1/capsules', {
+        key: alice.key,
+        raw,
+        headers: { 'content-type': 'application/json' },
+      });
       t.equal(cr.status, 201, cr.text);
       const c = cr.body;
       t.match(c.id, /^cap_[0-9a-f]{24}$/);
@@ -58,28 +67,60 @@ for (const driver of DRIVERS) {
       const st = await api.req('GET', `/v1/capsules/${c.id}`, { key: alice.key });
       t.equal(st.status, 200);
       t.same(JSON.parse(st.text).metadata, JSON.parse(JSON.stringify(meta)), 'unicode metadata round-trips');
-      t.ok(Object.prototype.hasOwnProperty.call(JSON.parse(st.text).metadata, '__proto__'), '__proto__ is kept as a plain key');
+      t.ok(
+        Object.prototype.hasOwnProperty.call(JSON.parse(st.text).metadata, '__proto__'),
+        '__proto__ is kept as a plain key',
+      );
       t.equal(st.body.execution_count, 0);
 
       // Another customer's ids are 404 everywhere, and nothing moves.
-      for (const [m, p] of [['GET', ''], ['POST', '/exec'], ['POST', '/upload?filename=x'], ['GET', '/output'], ['GET', '/output/x'], ['DELETE', ''], ['GET', '/cdp']] as const) {
-        const r = await api.req(m, `/v1/capsules/${c.id}${p}`, { key: bob.key, ...(m === 'POST' && p === '/exec' ? { json: { command: 'true' } } : {}) });
+      for (const [m, p] of [
+        ['GET', ''],
+        ['POST', '/exec'],
+        ['POST', '/upload?filename=x'],
+        ['GET', '/output'],
+        ['GET', '/output/x'],
+        ['DELETE', ''],
+        ['GET', '/cdp'],
+      ] as const) {
+        const r = await api.req(m, `/v1/capsules/${c.id}${p}`, {
+          key: bob.key,
+          ...(m === 'POST' && p === '/exec' ? { json: { command: 'true' } } : {}),
+        });
         envelope(t, r, 404, 'resource_not_found');
       }
       envelope(t, await api.req('GET', `/v1/proofs/${c.id}`, { key: alice.key }), 404, 'resource_not_found');
 
       const data = Buffer.from('id,name\n1,Zoë\n2,Ann\n');
-      const up = await api.req('POST', `/v1/capsules/${c.id}/upload?filename=data.csv`, { key: alice.key, raw: data, headers: { 'content-type': 'application/octet-stream' } });
+      const up = await api.req('POST', `/v1/capsules/${c.id}/upload?filename=data.csv`, {
+        key: alice.key,
+        raw: data,
+        headers: { 'content-type': 'application/octet-stream' },
+      });
       t.equal(up.status, 200, up.text);
       t.same(up.body, { capsule_id: c.id, filename: 'data.csv', size_bytes: data.length, sha512: sha512(data) });
-      envelope(t, await api.req('POST', `/v1/capsules/${c.id}/upload`, { key: alice.key, raw: data }), 400, 'invalid_parameters');
-      const trav = envelope(t, await api.req('POST', `/v1/capsules/${c.id}/upload?filename=../etc/passwd`, { key: alice.key, raw: data }), 400, 'invalid_parameters');
+      envelope(
+        t,
+        await api.req('POST', `/v1/capsules/${c.id}/upload`, { key: alice.key, raw: data }),
+        400,
+        'invalid_parameters',
+      );
+      const trav = envelope(
+        t,
+        await api.req('POST', `/v1/capsules/${c.id}/upload?filename=../etc/passwd`, { key: alice.key, raw: data }),
+        400,
+        'invalid_parameters',
+      );
       t.match(trav.message, /^filename: /);
 
-      const ex = await api.req('POST', `/v1/capsules/${c.id}/exec`, { key: alice.key, json: {
-        command: 'wc -l < /data/input/data.csv; cat /data/input/data > /data/output/echo.txt; tr a-z A-Z < /data/input/data.csv > /data/output/upper.csv',
-        input_data: 'secret input ✓',
-      } });
+      const ex = await api.req('POST', `/v1/capsules/${c.id}/exec`, {
+        key: alice.key,
+        json: {
+          command:
+            'wc -l < /data/input/data.csv; cat /data/input/data > /data/output/echo.txt; tr a-z A-Z < /data/input/data.csv > /data/output/upper.csv',
+          input_data: 'secret input ✓',
+        },
+      });
       t.equal(ex.status, 200, ex.text);
       t.equal(ex.body.capsule_id, c.id);
       t.equal(ex.body.exit_code, 0);
@@ -87,7 +128,10 @@ for (const driver of DRIVERS) {
       t.equal(ex.body.timed_out, false);
       t.type(ex.body.duration_ms, 'number');
       t.match(ex.body.executed_at, /Z$/);
-      const ex2 = await api.req('POST', `/v1/capsules/${c.id}/exec`, { key: alice.key, json: { command: 'echo oops >&2; exit 3' } });
+      const ex2 = await api.req('POST', `/v1/capsules/${c.id}/exec`, {
+        key: alice.key,
+        json: { command: 'echo oops >&2; exit 3' },
+      });
       t.equal(ex2.body.exit_code, 3);
       t.equal(ex2.body.stderr.trim(), 'oops');
 
@@ -103,11 +147,19 @@ for (const driver of DRIVERS) {
       t.match(dl.headers.get('content-type'), /^text\/plain/);
       const dl2 = await api.req('GET', `/v1/capsules/${c.id}/output/upper.csv`, { key: alice.key });
       t.match(dl2.headers.get('content-type'), /^text\/csv/);
-      envelope(t, await api.req('GET', `/v1/capsules/${c.id}/output/missing.txt`, { key: alice.key }), 404, 'resource_not_found');
+      envelope(
+        t,
+        await api.req('GET', `/v1/capsules/${c.id}/output/missing.txt`, { key: alice.key }),
+        404,
+        'resource_not_found',
+      );
 
       const st2 = await api.req('GET', `/v1/capsules/${c.id}`, { key: alice.key });
       t.equal(st2.body.execution_count, 2);
-      t.equal(st2.body.bytes_processed, data.length + Buffer.byteLength('secret input ✓') + dl.bytes.length + dl2.bytes.length);
+      t.equal(
+        st2.body.bytes_processed,
+        data.length + Buffer.byteLength('secret input ✓') + dl.bytes.length + dl2.bytes.length,
+      );
 
       const del = await api.req('DELETE', `/v1/capsules/${c.id}`, { key: alice.key });
       t.equal(del.status, 200, del.text);
@@ -130,15 +182,50 @@ for (const driver of DRIVERS) {
       t.notOk('activity' in d.audit_proof, 'the shareable projection has no activity trail');
       t.notOk('internal' in d.audit_proof, 'nor internal ids');
       const types = d.cdp.activity.map((e: any) => e.type);
-      t.same(types, ['CapsuleStarted', 'FileUploaded', 'ExecutionStarted', 'ExecutionCompleted', 'ExecutionStarted', 'ExecutionCompleted', 'FileDownloaded', 'FileDownloaded', 'DestructionInitiated']);
-      t.same(d.cdp.activity.map((e: any) => e.seq), types.map((_: unknown, i: number) => i + 1));
-      t.same(d.cdp.activity[0], { seq: 1, type: 'CapsuleStarted', at: d.cdp.activity[0].at, data_classification: 'PHI', jurisdiction: 'EU', region: 'local' });
+      t.same(types, [
+        'CapsuleStarted',
+        'FileUploaded',
+        'ExecutionStarted',
+        'ExecutionCompleted',
+        'ExecutionStarted',
+        'ExecutionCompleted',
+        'FileDownloaded',
+        'FileDownloaded',
+        'DestructionInitiated',
+      ]);
+      t.same(
+        d.cdp.activity.map((e: any) => e.seq),
+        types.map((_: unknown, i: number) => i + 1),
+      );
+      t.same(d.cdp.activity[0], {
+        seq: 1,
+        type: 'CapsuleStarted',
+        at: d.cdp.activity[0].at,
+        data_classification: 'PHI',
+        jurisdiction: 'EU',
+        region: 'local',
+      });
       t.equal(d.cdp.activity[1].sha512, sha512(data));
-      t.notMatch(JSON.stringify(d.cdp.activity), /secret input|Zoë|wc -l/, 'trail carries hashes, not data or commands');
+      t.notMatch(
+        JSON.stringify(d.cdp.activity),
+        /secret input|Zoë|wc -l/,
+        'trail carries hashes, not data or commands',
+      );
       t.equal(d.cdp.evidence[6].activity_events, types.length, 'step 7 seals the trail as counted');
       // component_proofs: steps 1-6 measured here, each entry the hash of that step's evidence
-      const componentKeys = ['namespace_verification', 'mountinfo_verification', 'memory_wipe', 'key_destruction', 'credential_incineration', 'merkle_zero_state'];
-      t.same(Object.keys(d.cdp.component_proofs).sort(), [...componentKeys].sort(), 'every measured step has a component proof');
+      const componentKeys = [
+        'namespace_verification',
+        'mountinfo_verification',
+        'memory_wipe',
+        'key_destruction',
+        'credential_incineration',
+        'merkle_zero_state',
+      ];
+      t.same(
+        Object.keys(d.cdp.component_proofs).sort(),
+        [...componentKeys].sort(),
+        'every measured step has a component proof',
+      );
       componentKeys.forEach((k, i) => {
         t.equal(d.cdp.evidence[i].performed, true, `step ${i + 1} says it measured`);
         t.equal(d.cdp.component_proofs[k], d.cdp.chain[i].evidence_hash, `${k} is step ${i + 1}'s evidence hash`);
@@ -147,14 +234,25 @@ for (const driver of DRIVERS) {
       t.equal(d.regulatory_context.jurisdiction, 'EU');
       t.match(d.regulatory_context.notice, /not a compliance certification/i);
       t.ok(d.regulatory_context.mappings.length > 0);
-      for (const m of d.regulatory_context.mappings) for (const f of m.frameworks) t.equal(f.relationship, 'related_to');
+      for (const m of d.regulatory_context.mappings)
+        for (const f of m.frameworks) t.equal(f.relationship, 'related_to');
       t.notMatch(JSON.stringify(d), /COMPLIANT|PASSED|MEETS/);
       t.same(d.cdp.regulatory_context, d.regulatory_context, 'the mapping is signed inside the proof');
 
       // After destruction: 409 on a second destroy, 410 for live operations.
       envelope(t, await api.req('DELETE', `/v1/capsules/${c.id}`, { key: alice.key }), 409, 'resource_conflict');
-      envelope(t, await api.req('POST', `/v1/capsules/${c.id}/exec`, { key: alice.key, json: { command: 'true' } }), 410, 'capsule_expired');
-      envelope(t, await api.req('POST', `/v1/capsules/${c.id}/upload?filename=a`, { key: alice.key, raw: 'x' }), 410, 'capsule_expired');
+      envelope(
+        t,
+        await api.req('POST', `/v1/capsules/${c.id}/exec`, { key: alice.key, json: { command: 'true' } }),
+        410,
+        'capsule_expired',
+      );
+      envelope(
+        t,
+        await api.req('POST', `/v1/capsules/${c.id}/upload?filename=a`, { key: alice.key, raw: 'x' }),
+        410,
+        'capsule_expired',
+      );
       envelope(t, await api.req('GET', `/v1/capsules/${c.id}/output`, { key: alice.key }), 410, 'capsule_expired');
       const gone = await api.req('GET', `/v1/capsules/${c.id}`, { key: alice.key });
       t.equal(gone.body.status, 'destroyed');
@@ -206,31 +304,158 @@ for (const driver of DRIVERS) {
     await t.test('bad exec and create input gets the specified error; nothing half-written', async (t) => {
       const c = await create(api, alice.key);
       const url = `/v1/capsules/${c.id}/exec`;
-      t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'x'.repeat(10 * 1024 + 1) } }), 413, 'payload_too_large').message, /^command/);
-      t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'true', input_data: 'x'.repeat(512 * 1024 + 1) } }), 413, 'payload_too_large').message, /^input_data/);
-      t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: {} }), 400, 'invalid_parameters').message, /^command: is required/);
-      t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'true', timeout: 'abc' } }), 400, 'invalid_parameters').message, /^timeout/);
-      t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'true', sudo: true } }), 400, 'invalid_parameters').message, /^sudo: unknown field/);
+      t.match(
+        envelope(
+          t,
+          await api.req('POST', url, { key: alice.key, json: { command: 'x'.repeat(10 * 1024 + 1) } }),
+          413,
+          'payload_too_large',
+        ).message,
+        /^command/,
+      );
+      t.match(
+        envelope(
+          t,
+          await api.req('POST', url, {
+            key: alice.key,
+            json: { command: 'true', input_data: 'x'.repeat(512 * 1024 + 1) },
+          }),
+          413,
+          'payload_too_large',
+        ).message,
+        /^input_data/,
+      );
+      t.match(
+        envelope(t, await api.req('POST', url, { key: alice.key, json: {} }), 400, 'invalid_parameters').message,
+        /^command: is required/,
+      );
+      t.match(
+        envelope(
+          t,
+          await api.req('POST', url, { key: alice.key, json: { command: 'true', timeout: 'abc' } }),
+          400,
+          'invalid_parameters',
+        ).message,
+        /^timeout/,
+      );
+      t.match(
+        envelope(
+          t,
+          await api.req('POST', url, { key: alice.key, json: { command: 'true', sudo: true } }),
+          400,
+          'invalid_parameters',
+        ).message,
+        /^sudo: unknown field/,
+      );
       for (const bad of ['/etc/passwd', '/data/input/../x', '/data/input/', '/tmp/a/b', '/data/input/..', 'relative'])
-        t.match(envelope(t, await api.req('POST', url, { key: alice.key, json: { command: 'true', input_data: 'x', input_filename: bad } }), 400, 'invalid_parameters').message, /^input_filename/, bad);
-      const okPath = await api.req('POST', url, { key: alice.key, json: { command: 'cat /tmp/in.txt', input_data: 'via tmp', input_filename: '/tmp/in.txt' } });
+        t.match(
+          envelope(
+            t,
+            await api.req('POST', url, {
+              key: alice.key,
+              json: { command: 'true', input_data: 'x', input_filename: bad },
+            }),
+            400,
+            'invalid_parameters',
+          ).message,
+          /^input_filename/,
+          bad,
+        );
+      const okPath = await api.req('POST', url, {
+        key: alice.key,
+        json: { command: 'cat /tmp/in.txt', input_data: 'via tmp', input_filename: '/tmp/in.txt' },
+      });
       t.equal(okPath.body.stdout, 'via tmp');
-      t.equal((await api.req('GET', `/v1/capsules/${c.id}`, { key: alice.key })).body.execution_count, 1, 'refused execs did not count');
-      t.match(envelope(t, await api.req('POST', url, { key: alice.key, raw: '{"command":', headers: { 'content-type': 'application/json' } }), 400, 'invalid_parameters').message, /^body: malformed JSON/);
-      envelope(t, await api.req('POST', url, { key: alice.key, raw: 'x'.repeat(700 * 1024), headers: { 'content-type': 'application/json' } }), 413, 'payload_too_large');
-      const meta = async (m: unknown) => envelope(t, await api.req('POST', '/v1/capsules', { key: alice.key, json: { metadata: m } }), 400, 'invalid_parameters').message as string;
+      t.equal(
+        (await api.req('GET', `/v1/capsules/${c.id}`, { key: alice.key })).body.execution_count,
+        1,
+        'refused execs did not count',
+      );
+      t.match(
+        envelope(
+          t,
+          await api.req('POST', url, {
+            key: alice.key,
+            raw: '{"command":',
+            headers: { 'content-type': 'application/json' },
+          }),
+          400,
+          'invalid_parameters',
+        ).message,
+        /^body: malformed JSON/,
+      );
+      envelope(
+        t,
+        await api.req('POST', url, {
+          key: alice.key,
+          raw: 'x'.repeat(700 * 1024),
+          headers: { 'content-type': 'application/json' },
+        }),
+        413,
+        'payload_too_large',
+      );
+      const meta = async (m: unknown) =>
+        envelope(
+          t,
+          await api.req('POST', '/v1/capsules', { key: alice.key, json: { metadata: m } }),
+          400,
+          'invalid_parameters',
+        ).message as string;
       t.match(await meta({ 'svc:owner': 'x' }), /^metadata\.svc:owner: .*reserved/);
-      t.match(await meta(Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v']))), /^metadata: at most 16 keys/);
+      t.match(
+        await meta(Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v']))),
+        /^metadata: at most 16 keys/,
+      );
       t.match(await meta({ k: 'v'.repeat(257) }), /^metadata\.k: value longer than 256/);
       t.match(await meta({ ['k'.repeat(65)]: 'v' }), /^metadata\.k+: key longer than 64/);
       t.match(await meta({ n: 5 }), /^metadata\.n: value must be a string/);
-      t.match(await meta(Object.fromEntries(Array.from({ length: 16 }, (_, i) => [`k${i}`, '✓'.repeat(100)]))), /^metadata: exceeds 4096 bytes/);
+      t.match(
+        await meta(Object.fromEntries(Array.from({ length: 16 }, (_, i) => [`k${i}`, '✓'.repeat(100)]))),
+        /^metadata: exceeds 4096 bytes/,
+      );
       t.match(await meta('x'), /^metadata/);
-      t.match(envelope(t, await api.req('POST', '/v1/capsules', { key: alice.key, json: { ttl: -5 } }), 400, 'invalid_parameters').message, /^ttl/);
-      t.match(envelope(t, await api.req('POST', '/v1/capsules', { key: alice.key, json: { ttl: 60, max_lifetime_seconds: 61 } }), 400, 'invalid_parameters').message, /^max_lifetime_seconds/);
-      t.match(envelope(t, await api.req('POST', '/v1/capsules', { key: alice.key, json: { data_classification: 'secret' } }), 400, 'invalid_parameters').message, /^data_classification/);
-      t.match(envelope(t, await api.req('POST', '/v1/capsules', { key: alice.key, json: { colour: 'red' } }), 400, 'invalid_parameters').message, /^colour: unknown field/);
-      envelope(t, await api.req('POST', '/v1/capsules', { key: alice.key, json: { egress_profile_id: 'egp_1' } }), 403, 'tier_required');
+      t.match(
+        envelope(
+          t,
+          await api.req('POST', '/v1/capsules', { key: alice.key, json: { ttl: -5 } }),
+          400,
+          'invalid_parameters',
+        ).message,
+        /^ttl/,
+      );
+      t.match(
+        envelope(
+          t,
+          await api.req('POST', '/v1/capsules', { key: alice.key, json: { ttl: 60, max_lifetime_seconds: 61 } }),
+          400,
+          'invalid_parameters',
+        ).message,
+        /^max_lifetime_seconds/,
+      );
+      t.match(
+        envelope(
+          t,
+          await api.req('POST', '/v1/capsules', { key: alice.key, json: { data_classification: 'secret' } }),
+          400,
+          'invalid_parameters',
+        ).message,
+        /^data_classification/,
+      );
+      t.match(
+        envelope(
+          t,
+          await api.req('POST', '/v1/capsules', { key: alice.key, json: { colour: 'red' } }),
+          400,
+          'invalid_parameters',
+        ).message,
+        /^colour: unknown field/,
+      );
+      envelope(
+        t,
+        await api.req('POST', '/v1/capsules', { key: alice.key, json: { egress_profile_id: 'egp_1' } }),
+        403,
+        'tier_required',
+      );
       const capped = await create(api, alice.key, { ttl: 86_400 });
       t.equal(capped.ttl_seconds, 300, 'ttl capped at the Free max_ttl_seconds');
       const me = await api.req('GET', '/v1/customers/me', { key: alice.key });
@@ -238,27 +463,37 @@ for (const driver of DRIVERS) {
       const list = await api.req('GET', '/v1/capsules?limit=2', { key: alice.key });
       t.equal(list.body.items.length, 2);
       t.type(list.body.next_cursor, 'string');
-      const rest = await api.req('GET', `/v1/capsules?limit=2&cursor=${encodeURIComponent(list.body.next_cursor)}`, { key: alice.key });
+      const rest = await api.req('GET', `/v1/capsules?limit=2&cursor=${encodeURIComponent(list.body.next_cursor)}`, {
+        key: alice.key,
+      });
       t.equal(rest.body.items.length, 1);
       t.equal(rest.body.next_cursor, null);
       const ids = [...list.body.items, ...rest.body.items].map((x: any) => x.id);
       t.equal(new Set(ids).size, 3);
       t.ok(ids.includes(c.id) && ids.includes(capped.id));
-      for (const id of [c.id, capped.id]) t.equal((await api.req('DELETE', `/v1/capsules/${id}`, { key: alice.key })).status, 200);
+      for (const id of [c.id, capped.id])
+        t.equal((await api.req('DELETE', `/v1/capsules/${id}`, { key: alice.key })).status, 200);
     });
 
     await t.test('quotas: 3 concurrent capsules on Free, counters exact under concurrency', async (t) => {
       const carol = await api.signup();
-      const rs = await Promise.all(Array.from({ length: 8 }, () => api.req('POST', '/v1/capsules', { key: carol.key, json: {} })));
+      const rs = await Promise.all(
+        Array.from({ length: 8 }, () => api.req('POST', '/v1/capsules', { key: carol.key, json: {} })),
+      );
       const ok = rs.filter((r) => r.status === 201);
       t.equal(ok.length, 3);
-      for (const r of rs.filter((x) => x.status !== 201)) t.match(envelope(t, r, 402, 'quota_exceeded').message, /concurrent/);
+      for (const r of rs.filter((x) => x.status !== 201))
+        t.match(envelope(t, r, 402, 'quota_exceeded').message, /concurrent/);
       const me = await api.req('GET', '/v1/customers/me', { key: carol.key });
       t.equal(me.body.usage.capsules_used_this_month, 3);
       await Promise.all(ok.map((r) => api.req('DELETE', `/v1/capsules/${r.body.id}`, { key: carol.key })));
       const me2 = await api.req('GET', '/v1/customers/me', { key: carol.key });
       t.equal(me2.body.usage.cdps_this_cycle, 3);
-      t.equal((await api.req('POST', '/v1/capsules', { key: carol.key, json: {} })).status, 201, 'slots come back after destroy');
+      t.equal(
+        (await api.req('POST', '/v1/capsules', { key: carol.key, json: {} })).status,
+        201,
+        'slots come back after destroy',
+      );
     });
 
     await t.test('Idempotency-Key replays status, body and headers without a second capsule', async (t) => {
@@ -272,7 +507,11 @@ for (const driver of DRIVERS) {
       t.equal(b.headers.get('x-svc-request-id'), a.headers.get('x-svc-request-id'), 'same headers');
       t.equal(b.headers.get('location'), a.headers.get('location'));
       t.equal(b.headers.get('idempotent-replayed'), 'true');
-      const conc = await Promise.all(Array.from({ length: 5 }, () => api.req('POST', '/v1/capsules', { key: dave.key, json: {}, headers: { 'idempotency-key': 'k-2' } })));
+      const conc = await Promise.all(
+        Array.from({ length: 5 }, () =>
+          api.req('POST', '/v1/capsules', { key: dave.key, json: {}, headers: { 'idempotency-key': 'k-2' } }),
+        ),
+      );
       t.same(new Set(conc.map((r) => r.body.id)).size, 1, 'concurrent duplicates make one capsule');
       t.ok(conc.every((r) => r.status === 201));
       const other = await api.req('POST', '/v1/capsules', { key: dave.key, json: { ttl: 61 }, headers: h });
@@ -280,8 +519,16 @@ for (const driver of DRIVERS) {
       const me = await api.req('GET', '/v1/customers/me', { key: dave.key });
       t.equal(me.body.usage.capsules_used_this_month, 2, 'one capsule per key');
       // A replayed error keeps its envelope and request id.
-      const e1 = await api.req('POST', '/v1/capsules', { key: dave.key, json: { bogus: 1 }, headers: { 'idempotency-key': 'k-3' } });
-      const e2 = await api.req('POST', '/v1/capsules', { key: dave.key, json: { bogus: 1 }, headers: { 'idempotency-key': 'k-3' } });
+      const e1 = await api.req('POST', '/v1/capsules', {
+        key: dave.key,
+        json: { bogus: 1 },
+        headers: { 'idempotency-key': 'k-3' },
+      });
+      const e2 = await api.req('POST', '/v1/capsules', {
+        key: dave.key,
+        json: { bogus: 1 },
+        headers: { 'idempotency-key': 'k-3' },
+      });
       envelope(t, e2, 400, 'invalid_parameters');
       t.equal(e2.body.error.request_id, e1.body.error.request_id);
       // Keys are per customer: the same key for another customer is independent.
@@ -297,12 +544,20 @@ for (const driver of DRIVERS) {
       t.match(sres.body.session_id, /^sess_/);
       t.equal(sres.body.status, 'active');
       const id = sres.body.session_id;
-      const ex = await api.req('POST', `/v1/sessions/${id}/exec`, { key: fred.key, json: { command: 'tr a-z A-Z < /data/input/data', input_data: 'abc' } });
+      const ex = await api.req('POST', `/v1/sessions/${id}/exec`, {
+        key: fred.key,
+        json: { command: 'tr a-z A-Z < /data/input/data', input_data: 'abc' },
+      });
       t.equal(ex.status, 200, ex.text);
       t.equal(ex.body.output, 'ABC');
       t.equal(ex.body.exit_code, 0);
       t.equal(ex.body.timed_out, false);
-      envelope(t, await api.req('POST', `/v1/sessions/${id}/exec`, { key: bob.key, json: { command: 'true' } }), 404, 'resource_not_found');
+      envelope(
+        t,
+        await api.req('POST', `/v1/sessions/${id}/exec`, { key: bob.key, json: { command: 'true' } }),
+        404,
+        'resource_not_found',
+      );
       const del = await api.req('DELETE', `/v1/sessions/${id}`, { key: fred.key });
       t.equal(del.status, 200, del.text);
       t.equal(del.body.session_id, id);
@@ -331,13 +586,27 @@ for (const driver of DRIVERS) {
     const { api } = s;
     const u = await api.signup();
     const c = await create(api, u.key);
-    const to = await api.req('POST', `/v1/capsules/${c.id}/exec`, { key: u.key, json: { command: 'sleep 5', timeout: 1 } });
+    const to = await api.req('POST', `/v1/capsules/${c.id}/exec`, {
+      key: u.key,
+      json: { command: 'sleep 5', timeout: 1 },
+    });
     t.equal(to.status, 200);
     t.equal(to.body.timed_out, true, 'SIGTERM at the exec timeout');
-    const oom = await api.req('POST', `/v1/capsules/${c.id}/exec`, { key: u.key, json: { command: 'python3 -c "a = bytearray(900 * 1024 * 1024)"' } });
+    const oom = await api.req('POST', `/v1/capsules/${c.id}/exec`, {
+      key: u.key,
+      json: { command: 'python3 -c "a = bytearray(900 * 1024 * 1024)"' },
+    });
     t.equal(oom.status, 200);
     t.equal(oom.body.oom_killed, true, `memory bomb OOM-killed: ${oom.text}`);
-    t.match(envelope(t, await api.req('POST', `/v1/capsules/${c.id}/upload?filename=big`, { key: u.key, raw: Buffer.alloc(2048) }), 413, 'payload_too_large').message, /exceeds 1024 bytes/);
+    t.match(
+      envelope(
+        t,
+        await api.req('POST', `/v1/capsules/${c.id}/upload?filename=big`, { key: u.key, raw: Buffer.alloc(2048) }),
+        413,
+        'payload_too_large',
+      ).message,
+      /exceeds 1024 bytes/,
+    );
     // Destroy while a command runs.
     const pending = api.req('POST', `/v1/capsules/${c.id}/exec`, { key: u.key, json: { command: 'sleep 20' } });
     await new Promise((r) => setTimeout(r, 400));
@@ -350,7 +619,14 @@ for (const driver of DRIVERS) {
     const d = d1.status === 200 ? d1.body : d2.body;
     t.same(d.cdp.termination, { trigger: 'customer_request', command_was_running: true, command_completed: false });
     const types = d.cdp.activity.map((e: any) => e.type);
-    t.same(types.slice(0, 6), ['CapsuleStarted', 'ExecutionStarted', 'ExecutionCompleted', 'ExecutionStarted', 'ExecutionOomKilled', 'ExecutionStarted']);
+    t.same(types.slice(0, 6), [
+      'CapsuleStarted',
+      'ExecutionStarted',
+      'ExecutionCompleted',
+      'ExecutionStarted',
+      'ExecutionOomKilled',
+      'ExecutionStarted',
+    ]);
     t.equal(types.at(-1), 'DestructionInitiated', 'DestructionInitiated is last');
     t.equal(verifyProof(d.cdp).valid, true);
     const p = await pending;
@@ -370,14 +646,16 @@ for (const driver of DRIVERS) {
     const { api } = s;
     const u = await api.signup();
     let made = 0;
-    await Promise.all([0, 1, 2].map(async (w) => {
-      for (let i = w; i < 100; i += 3) {
-        const c = await create(api, u.key);
-        made++;
-        const d = await api.req('DELETE', `/v1/capsules/${c.id}`, { key: u.key });
-        if (d.status !== 200) throw new Error(`destroy ${d.status} ${d.text}`);
-      }
-    }));
+    await Promise.all(
+      [0, 1, 2].map(async (w) => {
+        for (let i = w; i < 100; i += 3) {
+          const c = await create(api, u.key);
+          made++;
+          const d = await api.req('DELETE', `/v1/capsules/${c.id}`, { key: u.key });
+          if (d.status !== 200) throw new Error(`destroy ${d.status} ${d.text}`);
+        }
+      }),
+    );
     t.equal(made, 100);
     const me = await api.req('GET', '/v1/customers/me', { key: u.key });
     t.equal(me.body.usage.capsules_used_this_month, 100);
@@ -385,7 +663,11 @@ for (const driver of DRIVERS) {
     t.equal(me.body.usage.billing_cycle_start, '2026-11-01T00:00:00.000000Z');
     const over = await api.req('POST', '/v1/capsules', { key: u.key, json: {} });
     t.match(envelope(t, over, 402, 'quota_exceeded').message, /this month \(100\)/);
-    t.equal((await api.req('POST', '/v1/sessions', { key: u.key, json: {} })).status, 402, 'the session variant shares the quota');
+    t.equal(
+      (await api.req('POST', '/v1/sessions', { key: u.key, json: {} })).status,
+      402,
+      'the session variant shares the quota',
+    );
     now = Date.parse('2026-12-01T00:00:01.000Z');
     const me2 = await api.req('GET', '/v1/customers/me', { key: u.key });
     t.equal(me2.body.usage.capsules_used_this_month, 0, 'new cycle');
@@ -423,7 +705,12 @@ for (const driver of DRIVERS) {
       await new Promise((r) => setTimeout(r, 100));
     }
     t.equal(st.status, 'expired');
-    envelope(t, await s.api.req('POST', `/v1/capsules/${c.id}/exec`, { key: u.key, json: { command: 'true' } }), 410, 'capsule_expired');
+    envelope(
+      t,
+      await s.api.req('POST', `/v1/capsules/${c.id}/exec`, { key: u.key, json: { command: 'true' } }),
+      410,
+      'capsule_expired',
+    );
     envelope(t, await s.api.req('DELETE', `/v1/capsules/${c.id}`, { key: u.key }), 409, 'resource_conflict');
     const p = await s.api.req('GET', `/v1/proofs/${c.id}`, { key: u.key });
     t.equal(p.status, 200);

@@ -14,26 +14,46 @@ import { Api, DRIVERS, envelope, freshDb } from './harness.js';
 
 const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
 
-async function serve(env: NodeJS.ProcessEnv, dataDir: string): Promise<{ child: ChildProcess; api: Api; stderr: () => string; stdout: () => string }> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--data-dir', dataDir], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+async function serve(
+  env: NodeJS.ProcessEnv,
+  dataDir: string,
+): Promise<{ child: ChildProcess; api: Api; stderr: () => string; stdout: () => string }> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--data-dir', dataDir], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let err = '';
   let all = '';
-  child.stderr!.on('data', (b: Buffer) => { err += b.toString(); });
-  child.stdout!.on('data', (b: Buffer) => { all += b.toString(); });
+  child.stderr!.on('data', (b: Buffer) => {
+    err += b.toString();
+  });
+  child.stdout!.on('data', (b: Buffer) => {
+    all += b.toString();
+  });
   const url = await new Promise<string>((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => reject(new Error(`serve not ready: ${err}`)), 60_000);
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`serve exited ${code}: ${err}`)); });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`serve exited ${code}: ${err}`));
+    });
     child.stdout!.on('data', (b: Buffer) => {
       out += b.toString();
       const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m?.[1]) { clearTimeout(timer); resolve(m[1]); }
+      if (m?.[1]) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
     });
   });
   return { child, api: new Api(url), stderr: () => err, stdout: () => all };
 }
 
-const exited = (c: ChildProcess): Promise<void> => new Promise((r) => { if (c.exitCode !== null || c.signalCode !== null) r(); else c.once('exit', () => r()); });
+const exited = (c: ChildProcess): Promise<void> =>
+  new Promise((r) => {
+    if (c.exitCode !== null || c.signalCode !== null) r();
+    else c.once('exit', () => r());
+  });
 
 for (const driver of DRIVERS) {
   t.test(`${driver}: SIGKILL mid-session, restart, expired_unclean with partial proofs`, async (t) => {
@@ -41,10 +61,19 @@ for (const driver of DRIVERS) {
     const dataDir = mkdtempSync(join(tmpdir(), 'cp-serve-'));
     const uids = reserveUidBlock(64);
     const runnerDir = join('/run/capsule-runner', createHash('sha256').update(dataDir).digest('hex').slice(0, 16));
-    t.teardown(async () => { await db.drop(); removeStateDir(runnerDir); removeStateDir(dataDir); uids.release(); });
+    t.teardown(async () => {
+      await db.drop();
+      removeStateDir(runnerDir);
+      removeStateDir(dataDir);
+      uids.release();
+    });
     const env: NodeJS.ProcessEnv = {
-      PATH: process.env.PATH, DATABASE_URL: db.url, LOG_LEVEL: 'info', CAPSULE_RATE_LIMITS: 'off',
-      CAPSULE_RUNNER_UID_BASE: String(uids.base), CAPSULE_RUNNER_UID_COUNT: String(uids.count),
+      PATH: process.env.PATH,
+      DATABASE_URL: db.url,
+      LOG_LEVEL: 'info',
+      CAPSULE_RATE_LIMITS: 'off',
+      CAPSULE_RUNNER_UID_BASE: String(uids.base),
+      CAPSULE_RUNNER_UID_COUNT: String(uids.count),
       CAPSULE_RUNNER_CGROUP_NAME: `capsule-cptest-${randomBytes(6).toString('hex')}`,
     };
 
@@ -63,10 +92,18 @@ for (const driver of DRIVERS) {
     const busy = (await api.req('POST', '/v1/capsules', { key: u.key, json: {} })).body;
     // Logs: the trace id is propagated; keys and customer bytes never appear.
     const secret = 'very-secret-input-bytes-4711';
-    const traced = await api.req('POST', `/v1/capsules/${idle.id}/exec`, { key: u.key, json: { command: 'cat /data/input/data >/dev/null', input_data: secret }, headers: { 'x-svc-trace-id': 'trace-abc-123' } });
+    const traced = await api.req('POST', `/v1/capsules/${idle.id}/exec`, {
+      key: u.key,
+      json: { command: 'cat /data/input/data >/dev/null', input_data: secret },
+      headers: { 'x-svc-trace-id': 'trace-abc-123' },
+    });
     t.equal(traced.status, 200);
     await new Promise((r) => setTimeout(r, 300));
-    const lines = first.stdout().split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+    const lines = first
+      .stdout()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l));
     const line = lines.find((l) => l.trace_id === 'trace-abc-123');
     t.ok(line, 'a log line carries the trace id');
     t.equal(line?.request_id, traced.headers.get('x-svc-request-id'), 'and the request id');
@@ -74,19 +111,29 @@ for (const driver of DRIVERS) {
     t.notOk(first.stdout().includes(secret), 'no input bytes in logs');
     t.notOk(first.stdout().includes(u.email), 'no email in logs');
     // A command is running when the server dies.
-    const running = api.req('POST', `/v1/capsules/${busy.id}/exec`, { key: u.key, json: { command: 'sleep 30' } }).catch(() => null);
+    const running = api
+      .req('POST', `/v1/capsules/${busy.id}/exec`, { key: u.key, json: { command: 'sleep 30' } })
+      .catch(() => null);
     await new Promise((r) => setTimeout(r, 500));
     first.child.kill('SIGKILL');
     await exited(first.child);
     await running;
 
     const second = await serve(env, dataDir);
-    t.teardown(async () => { second.child.kill('SIGTERM'); await exited(second.child); });
+    t.teardown(async () => {
+      second.child.kill('SIGTERM');
+      await exited(second.child);
+    });
     const api2 = second.api;
     for (const c of [idle, busy]) {
       const st = await api2.req('GET', `/v1/capsules/${c.id}`, { key: u.key });
       t.equal(st.body.status, 'expired_unclean', `${c.id} expired_unclean`);
-      envelope(t, await api2.req('POST', `/v1/capsules/${c.id}/exec`, { key: u.key, json: { command: 'true' } }), 410, 'capsule_expired');
+      envelope(
+        t,
+        await api2.req('POST', `/v1/capsules/${c.id}/exec`, { key: u.key, json: { command: 'true' } }),
+        410,
+        'capsule_expired',
+      );
       const p = await api2.req('GET', `/v1/proofs/${c.id}`, { key: u.key });
       t.equal(p.status, 200);
       const cdp = p.body.cdp;
@@ -94,26 +141,42 @@ for (const driver of DRIVERS) {
       t.equal(cdp.reason, 'capsule_state_lost_on_restart');
       t.same(cdp.chain, []);
       t.equal(cdp.termination.trigger, 'system_restart');
-      t.same(cdp.termination, c === busy
-        ? { trigger: 'system_restart', command_was_running: true, command_completed: false }
-        : { trigger: 'system_restart', command_was_running: false }, 'a command in flight at the crash is stated');
+      t.same(
+        cdp.termination,
+        c === busy
+          ? { trigger: 'system_restart', command_was_running: true, command_completed: false }
+          : { trigger: 'system_restart', command_was_running: false },
+        'a command in flight at the crash is stated',
+      );
       t.ok(cdp.attestation, 'signed');
       const v = verifyProof(cdp);
       t.equal(v.valid, true, JSON.stringify(v));
       if (v.valid) t.equal(v.completeness, 'partial');
-      t.equal((await api2.req('GET', `/v1/keys/${cdp.attestation.key_id}`)).status, 200, 'partial proof key registered');
+      t.equal(
+        (await api2.req('GET', `/v1/keys/${cdp.attestation.key_id}`)).status,
+        200,
+        'partial proof key registered',
+      );
       const file = join(dataDir, `${c.id}.json`);
       writeFileSync(file, JSON.stringify(cdp));
       const cv = spawnSync(process.execPath, [CLI, 'verify', file], { encoding: 'utf8' });
       t.equal(cv.status, 0, `capsule verify accepts the partial proof: ${cv.stdout}${cv.stderr}`);
     }
     const idleProof = (await api2.req('GET', `/v1/proofs/${idle.id}`, { key: u.key })).body.cdp;
-    t.same(idleProof.activity.map((e: any) => e.type), ['CapsuleStarted', 'FileUploaded', 'ExecutionStarted', 'ExecutionCompleted'], 'the trail recorded before the crash is kept');
+    t.same(
+      idleProof.activity.map((e: any) => e.type),
+      ['CapsuleStarted', 'FileUploaded', 'ExecutionStarted', 'ExecutionCompleted'],
+      'the trail recorded before the crash is kept',
+    );
     const kept = await api2.req('GET', `/v1/proofs/${done.id}`, { key: u.key });
     t.same(kept.body.cdp, destroyed.body.cdp, 'the proof stored before the crash is intact');
     const me = await api2.req('GET', '/v1/customers/me', { key: u.key });
     t.equal(me.body.usage.cdps_this_cycle, 3);
-    t.equal((await api2.req('POST', '/v1/capsules', { key: u.key, json: {} })).status, 201, 'live slots were given back');
+    t.equal(
+      (await api2.req('POST', '/v1/capsules', { key: u.key, json: {} })).status,
+      201,
+      'live slots were given back',
+    );
     t.equal((await api2.req('GET', '/v1/health/ready')).status, 200);
     second.child.kill('SIGTERM');
     await exited(second.child);

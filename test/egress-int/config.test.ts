@@ -16,10 +16,16 @@ t.test('CAPSULE_EGRESS_EXTRA_CA', async (t) => {
   const good = join(dir, 'ca.pem');
   writeFileSync(good, PEM);
   t.equal(loadConfig({ ...base, CAPSULE_EGRESS_EXTRA_CA: good }).egressExtraCaPem, PEM, 'the file is read at start');
-  t.throws(() => loadConfig({ ...base, CAPSULE_EGRESS_EXTRA_CA: join(dir, 'missing.pem') }), { constructor: ConfigError, message: /^CAPSULE_EGRESS_EXTRA_CA .*missing\.pem/ });
+  t.throws(() => loadConfig({ ...base, CAPSULE_EGRESS_EXTRA_CA: join(dir, 'missing.pem') }), {
+    constructor: ConfigError,
+    message: /^CAPSULE_EGRESS_EXTRA_CA .*missing\.pem/,
+  });
   const bad = join(dir, 'bad.pem');
   writeFileSync(bad, 'not a certificate');
-  t.throws(() => loadConfig({ ...base, CAPSULE_EGRESS_EXTRA_CA: bad }), { constructor: ConfigError, message: /no PEM certificate/ });
+  t.throws(() => loadConfig({ ...base, CAPSULE_EGRESS_EXTRA_CA: bad }), {
+    constructor: ConfigError,
+    message: /no PEM certificate/,
+  });
 });
 
 t.test('egress socket directory', async (t) => {
@@ -29,5 +35,8 @@ t.test('egress socket directory', async (t) => {
   t.match(c.egressSocketDir, /^\/tmp\/capsule-egress-[0-9a-f]{16}$/, 'a deep data dir falls back to a short path');
   t.equal(loadConfig({ CAPSULE_DATA_DIR: deep }).egressSocketDir, c.egressSocketDir, 'stable per data dir');
   t.equal(loadConfig({ CAPSULE_DATA_DIR: dir, CAPSULE_EGRESS_SOCKET_DIR: '/run/cx' }).egressSocketDir, '/run/cx');
-  t.throws(() => loadConfig({ CAPSULE_DATA_DIR: dir, CAPSULE_EGRESS_SOCKET_DIR: `/${'x'.repeat(80)}` }), { constructor: ConfigError, message: /^CAPSULE_EGRESS_SOCKET_DIR/ });
+  t.throws(() => loadConfig({ CAPSULE_DATA_DIR: dir, CAPSULE_EGRESS_SOCKET_DIR: `/${'x'.repeat(80)}` }), {
+    constructor: ConfigError,
+    message: /^CAPSULE_EGRESS_SOCKET_DIR/,
+  });
 });

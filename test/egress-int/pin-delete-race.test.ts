@@ -34,12 +34,25 @@ function pausingRunner(inner: RunnerPort): { port: RunnerPort; onCreate: (h: Hoo
       return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
     },
   });
-  return { port, onCreate: (h) => { hooks.before = h.before; hooks.after = h.after; } };
+  return {
+    port,
+    onCreate: (h) => {
+      hooks.before = h.before;
+      hooks.after = h.after;
+    },
+  };
 }
 
 async function race(
-  t: T, s: Started, api: Api, key: string, customerId: string, runner: RunnerPort, onCreate: (h: Hooks) => void,
-  kind: 'capsulefile' | 'egress_profile', makeTarget: () => Promise<{ id: string; capsuleJson: Record<string, unknown>; deletePath: string; getPath: string }>,
+  t: T,
+  s: Started,
+  api: Api,
+  key: string,
+  customerId: string,
+  runner: RunnerPort,
+  onCreate: (h: Hooks) => void,
+  kind: 'capsulefile' | 'egress_profile',
+  makeTarget: () => Promise<{ id: string; capsuleJson: Record<string, unknown>; deletePath: string; getPath: string }>,
 ): Promise<{ createWon: number; deleteWon: number }> {
   let createWon = 0;
   let deleteWon = 0;
@@ -52,7 +65,10 @@ async function race(
       // DELETE lands while the runner creates the sandbox (0) or just after it did, before the row (1).
       let fired!: Promise<Awaited<ReturnType<Api['req']>>>;
       const called = new Promise<void>((resolve) => {
-        const fire = (): void => { fired = api.req('DELETE', target.deletePath, { key }); resolve(); };
+        const fire = (): void => {
+          fired = api.req('DELETE', target.deletePath, { key });
+          resolve();
+        };
         onCreate(mode === 0 ? { before: fire } : { after: fire });
       });
       create = api.req('POST', '/v1/capsules', { key, json: target.capsuleJson });
@@ -105,24 +121,40 @@ t.test('DELETE vs a create pinning the same row', async (t) => {
 
       await t.test('Capsulefile', async (t) => {
         const r = await race(t, s, api, who.key, who.customer_id, real.client, onCreate, 'capsulefile', async () => {
-          const cf = await api.req('POST', '/v1/capsulefiles', { key: who.key, json: { name: `race-${n++}`, runtime: 'sh', entrypoint: 'true' } });
+          const cf = await api.req('POST', '/v1/capsulefiles', {
+            key: who.key,
+            json: { name: `race-${n++}`, runtime: 'sh', entrypoint: 'true' },
+          });
           t.equal(cf.status, 201, cf.text);
           t.equal((await api.req('POST', `/v1/capsulefiles/${cf.body.id}/finalize`, { key: who.key })).status, 200);
           const id = cf.body.id as string;
-          return { id, capsuleJson: { capsulefile_id: id }, deletePath: `/v1/capsulefiles/${id}`, getPath: `/v1/capsulefiles/${id}` };
+          return {
+            id,
+            capsuleJson: { capsulefile_id: id },
+            deletePath: `/v1/capsulefiles/${id}`,
+            getPath: `/v1/capsulefiles/${id}`,
+          };
         });
         t.ok(r.deleteWon > 0, `the delete won ${r.deleteWon} of ${ROUNDS} (the in-flight window was hit)`);
       });
 
       await t.test('runner reconciliation during a create leaves its sandbox alone', async (t) => {
         // The sandbox exists, its row not yet: a recovery pass (runner reconnect) must not destroy it as an orphan.
-        onCreate({ after: async () => { s.cp.services.recovery.reset(); await s.cp.services.recovery.ensure(); } });
+        onCreate({
+          after: async () => {
+            s.cp.services.recovery.reset();
+            await s.cp.services.recovery.ensure();
+          },
+        });
         const c = await api.req('POST', '/v1/capsules', { key: who.key, json: {} });
         onCreate({});
         t.equal(c.status, 201, c.text);
         t.ok((await real.client.list()).includes(c.body.id), 'the runner still holds the new capsule');
         t.same(s.cp.services.recovery.report?.orphans_destroyed, [], 'no orphan destroyed');
-        const ex = await api.req('POST', `/v1/capsules/${c.body.id}/exec`, { key: who.key, json: { command: 'echo alive' } });
+        const ex = await api.req('POST', `/v1/capsules/${c.body.id}/exec`, {
+          key: who.key,
+          json: { command: 'echo alive' },
+        });
         t.equal(ex.status, 200, ex.text);
         t.equal(ex.body.stdout, 'alive\n');
         t.equal((await api.req('DELETE', `/v1/capsules/${c.body.id}`, { key: who.key })).status, 200);
@@ -133,7 +165,12 @@ t.test('DELETE vs a create pinning the same row', async (t) => {
           const p = await api.req('POST', '/v1/egress/profiles', { key: who.key, json: { name: `race-${n++}` } });
           t.equal(p.status, 201, p.text);
           const id = p.body.id as string;
-          return { id, capsuleJson: { egress_profile_id: id }, deletePath: `/v1/egress/profiles/${id}`, getPath: `/v1/egress/profiles/${id}` };
+          return {
+            id,
+            capsuleJson: { egress_profile_id: id },
+            deletePath: `/v1/egress/profiles/${id}`,
+            getPath: `/v1/egress/profiles/${id}`,
+          };
         });
         t.ok(r.deleteWon > 0, `the delete won ${r.deleteWon} of ${ROUNDS} (the in-flight window was hit)`);
       });

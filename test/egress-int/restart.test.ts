@@ -31,12 +31,24 @@ t.test('egress across a control plane restart', async (t) => {
       const u = await api.signup();
       await cp.store.setTierByEmail(u.email, 'enterprise');
       const prof = await api.req('POST', '/v1/egress/profiles', { key: u.key, json: { name: 'r' } });
-      for (const rule of [{ kind: 'domain', value: 'api.test', port }, { kind: 'ip_v4', value: '127.0.0.1', port }]) {
-        t.equal((await api.req('POST', `/v1/egress/profiles/${prof.body.id}/rules`, { key: u.key, json: rule })).status, 201);
+      for (const rule of [
+        { kind: 'domain', value: 'api.test', port },
+        { kind: 'ip_v4', value: '127.0.0.1', port },
+      ]) {
+        t.equal(
+          (await api.req('POST', `/v1/egress/profiles/${prof.body.id}/rules`, { key: u.key, json: rule })).status,
+          201,
+        );
       }
-      const cf = await api.req('POST', '/v1/capsulefiles', { key: u.key, json: { name: 'r', runtime: 'sh', entrypoint: 'true', egress_declaration: ['api.test', '127.0.0.1'] } });
+      const cf = await api.req('POST', '/v1/capsulefiles', {
+        key: u.key,
+        json: { name: 'r', runtime: 'sh', entrypoint: 'true', egress_declaration: ['api.test', '127.0.0.1'] },
+      });
       await api.req('POST', `/v1/capsulefiles/${cf.body.id}/finalize`, { key: u.key });
-      const c = await api.req('POST', '/v1/capsules', { key: u.key, json: { capsulefile_id: cf.body.id, egress_profile_id: prof.body.id } });
+      const c = await api.req('POST', '/v1/capsules', {
+        key: u.key,
+        json: { capsulefile_id: cf.body.id, egress_profile_id: prof.body.id },
+      });
       t.equal(c.status, 201, c.text);
       const cmd = { command: `curl -sS -m 10 https://api.test:${port}/json?n=1 || echo egress-failed`, timeout: 30 };
       const before = await api.req('POST', `/v1/capsules/${c.body.id}/exec`, { key: u.key, json: cmd });
@@ -52,8 +64,16 @@ t.test('egress across a control plane restart', async (t) => {
       const d = await api.req('DELETE', `/v1/capsules/${c.body.id}`, { key: u.key });
       t.equal(d.status, 200, d.text);
       t.equal(verifyProof(d.body.cdp).valid, true, 'AuditProof verified');
-      t.match(d.body.cdp.evidence[3].egress_proxy, { state: 'not_running_in_this_process' }, 'step 4 says the proxy keys were not measured');
-      t.equal(d.body.cdp.activity.filter((e: { type: string }) => e.type === 'SealedHttpRequest').length, 1, 'the request before the restart is in the proof');
+      t.match(
+        d.body.cdp.evidence[3].egress_proxy,
+        { state: 'not_running_in_this_process' },
+        'step 4 says the proxy keys were not measured',
+      );
+      t.equal(
+        d.body.cdp.activity.filter((e: { type: string }) => e.type === 'SealedHttpRequest').length,
+        1,
+        'the request before the restart is in the proof',
+      );
     });
   }
 });

@@ -16,27 +16,65 @@ import type { EgressEvent, Resolver } from '../../egress-proxy/index.js';
 export const sha512 = (b: string | Buffer) => `sha512:${createHash('sha512').update(b).digest('hex')}`;
 
 function keyPair() {
-  const kp = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
-  return { pub: forge.pki.publicKeyFromPem(kp.publicKey), priv: forge.pki.privateKeyFromPem(kp.privateKey) as forge.pki.rsa.PrivateKey, privPem: kp.privateKey };
+  const kp = generateKeyPairSync('rsa', {
+    modulusLength: 2048,
+    publicKeyEncoding: { type: 'spki', format: 'pem' },
+    privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+  });
+  return {
+    pub: forge.pki.publicKeyFromPem(kp.publicKey),
+    priv: forge.pki.privateKeyFromPem(kp.privateKey) as forge.pki.rsa.PrivateKey,
+    privPem: kp.privateKey,
+  };
 }
 
-function cert(subjectCn: string, pub: forge.pki.PublicKey, issuer: { cn: string; priv: forge.pki.rsa.PrivateKey }, ca: boolean, names: string[]) {
+function cert(
+  subjectCn: string,
+  pub: forge.pki.PublicKey,
+  issuer: { cn: string; priv: forge.pki.rsa.PrivateKey },
+  ca: boolean,
+  names: string[],
+) {
   const c = forge.pki.createCertificate();
   c.publicKey = pub;
-  c.serialNumber = '0' + createHash('sha1').update(subjectCn + Math.random()).digest('hex').slice(0, 16);
+  c.serialNumber =
+    '0' +
+    createHash('sha1')
+      .update(subjectCn + Math.random())
+      .digest('hex')
+      .slice(0, 16);
   c.validity.notBefore = new Date(Date.now() - 3600_000);
   c.validity.notAfter = new Date(Date.now() + 86400_000);
   c.setSubject([{ name: 'commonName', value: subjectCn }]);
   c.setIssuer([{ name: 'commonName', value: issuer.cn }]);
-  c.setExtensions(ca
-    ? [{ name: 'basicConstraints', cA: true, critical: true }, { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true }, { name: 'subjectKeyIdentifier' }]
-    : [{ name: 'basicConstraints', cA: false }, { name: 'keyUsage', digitalSignature: true, keyEncipherment: true }, { name: 'extKeyUsage', serverAuth: true },
-      { name: 'subjectAltName', altNames: names.map((n) => (/^[\d.]+$/.test(n) ? { type: 7, ip: n } : { type: 2, value: n })) }]);
+  c.setExtensions(
+    ca
+      ? [
+          { name: 'basicConstraints', cA: true, critical: true },
+          { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
+          { name: 'subjectKeyIdentifier' },
+        ]
+      : [
+          { name: 'basicConstraints', cA: false },
+          { name: 'keyUsage', digitalSignature: true, keyEncipherment: true },
+          { name: 'extKeyUsage', serverAuth: true },
+          {
+            name: 'subjectAltName',
+            altNames: names.map((n) => (/^[\d.]+$/.test(n) ? { type: 7, ip: n } : { type: 2, value: n })),
+          },
+        ],
+  );
   c.sign(issuer.priv, forge.md.sha256.create());
   return forge.pki.certificateToPem(c);
 }
 
-export interface Pki { caPem: string; serverKey: string; serverCert: string; rogueKey: string; rogueCert: string }
+export interface Pki {
+  caPem: string;
+  serverKey: string;
+  serverCert: string;
+  rogueKey: string;
+  rogueCert: string;
+}
 
 /** A test CA and a server cert for the test names; plus a self-signed "rogue" cert the proxy must not trust. */
 export function makePki(names: string[]): Pki {
@@ -63,13 +101,25 @@ function body(req: IncomingMessage): Promise<Buffer> {
 }
 
 /** What the upstream saw, so tests can prove a denied call never arrived. */
-export interface Seen { method: string; path: string; host: string | undefined; body: Buffer; sni?: string }
+export interface Seen {
+  method: string;
+  path: string;
+  host: string | undefined;
+  body: Buffer;
+  sni?: string;
+}
 
 /** The routes of the test upstream (JSON API + MCP server). */
 export function upstreamHandler(seen: Seen[]) {
   return async (req: IncomingMessage, res: ServerResponse) => {
     const b = await body(req);
-    seen.push({ method: req.method ?? '', path: req.url ?? '', host: req.headers.host, body: b, sni: (req.socket as { servername?: string }).servername });
+    seen.push({
+      method: req.method ?? '',
+      path: req.url ?? '',
+      host: req.headers.host,
+      body: b,
+      sni: (req.socket as { servername?: string }).servername,
+    });
     const url = new URL(req.url ?? '/', 'http://x');
     if (url.pathname === '/json') {
       const out = JSON.stringify({ ok: true, echo_sha512: sha512(b), n: Number(url.searchParams.get('n') ?? 0) });
@@ -77,25 +127,53 @@ export function upstreamHandler(seen: Seen[]) {
       res.end(out);
     } else if (url.pathname === '/mcp' || url.pathname === '/mcp-sse') {
       let msg: { id?: unknown; method?: string; params?: { name?: string; arguments?: unknown } } | unknown[];
-      try { msg = JSON.parse(b.toString()); } catch { msg = {}; }
-      const reply = (m: { id?: unknown; method?: string; params?: { name?: string; arguments?: unknown } }) => m.method === 'tools/call'
-        ? { jsonrpc: '2.0', id: m.id, result: { content: [{ type: 'text', text: `ran ${m.params?.name} with ${JSON.stringify(m.params?.arguments ?? {})}` }], isError: false } }
-        : { jsonrpc: '2.0', id: m.id, result: {} };
+      try {
+        msg = JSON.parse(b.toString());
+      } catch {
+        msg = {};
+      }
+      const reply = (m: { id?: unknown; method?: string; params?: { name?: string; arguments?: unknown } }) =>
+        m.method === 'tools/call'
+          ? {
+              jsonrpc: '2.0',
+              id: m.id,
+              result: {
+                content: [
+                  { type: 'text', text: `ran ${m.params?.name} with ${JSON.stringify(m.params?.arguments ?? {})}` },
+                ],
+                isError: false,
+              },
+            }
+          : { jsonrpc: '2.0', id: m.id, result: {} };
       const out = Array.isArray(msg) ? msg.map((m) => reply(m as never)) : reply(msg as never);
       if (url.pathname === '/mcp-sse') {
         res.writeHead(200, { 'content-type': 'text/event-stream', 'mcp-session-id': 'sess-1' });
         res.write(': keep-alive comment\n\n');
-        res.write('event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n\n');
-        setTimeout(() => { res.write(`event: message\ndata: ${JSON.stringify(out)}\n\n`); res.end(); }, 20);
+        res.write(
+          'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}\n\n',
+        );
+        setTimeout(() => {
+          res.write(`event: message\ndata: ${JSON.stringify(out)}\n\n`);
+          res.end();
+        }, 20);
       } else {
         const text = JSON.stringify(out);
         res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
         res.end(text);
       }
     } else if (url.pathname === '/delay') {
-      setTimeout(() => { res.writeHead(200, { 'content-length': 7 }); res.end('delayed'); }, Number(url.searchParams.get('ms') ?? 500));
+      setTimeout(
+        () => {
+          res.writeHead(200, { 'content-length': 7 });
+          res.end('delayed');
+        },
+        Number(url.searchParams.get('ms') ?? 500),
+      );
     } else if (url.pathname === '/huge') {
-      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(1024 * 1024 * 1024 * 4) });
+      res.writeHead(200, {
+        'content-type': 'application/octet-stream',
+        'content-length': String(1024 * 1024 * 1024 * 4),
+      });
       res.end();
     } else if (url.pathname === '/huge-chunked') {
       res.writeHead(200, { 'content-type': 'application/octet-stream' });
@@ -104,11 +182,16 @@ export function upstreamHandler(seen: Seen[]) {
       const pump = () => {
         while (sent < 64 * 1024 * 1024) {
           sent += block.length;
-          if (!res.write(block)) { res.once('drain', pump); return; }
+          if (!res.write(block)) {
+            res.once('drain', pump);
+            return;
+          }
         }
         res.end();
       };
-      res.on('close', () => { sent = Infinity; });
+      res.on('close', () => {
+        sent = Infinity;
+      });
       pump();
     } else if (url.pathname === '/stream') {
       res.writeHead(200, { 'content-type': 'application/octet-stream' });
@@ -131,7 +214,9 @@ export async function startUpstreams(pki: Pki) {
     s.on('error', () => {});
     s.once('data', () => {
       s.write('HTTP/1.1 200 OK\r\n');
-      const t = setInterval(() => { if (s.writable) s.write('x-drip: 1\r\n'); }, 300);
+      const t = setInterval(() => {
+        if (s.writable) s.write('x-drip: 1\r\n');
+      }, 300);
       s.on('close', () => clearInterval(t));
     });
   });
@@ -146,7 +231,10 @@ export async function startUpstreams(pki: Pki) {
     s.once('data', () => s.end('HTTP/1.1 099 Odd\r\ncontent-length: 0\r\n\r\n'));
   });
   // TLS handshake failure: accepts TCP, answers the ClientHello with garbage and closes.
-  const badTls = createNetServer((s) => { s.on('error', () => {}); s.once('data', () => s.end(Buffer.from('not tls at all\r\n'))); });
+  const badTls = createNetServer((s) => {
+    s.on('error', () => {});
+    s.once('data', () => s.end(Buffer.from('not tls at all\r\n')));
+  });
   const ports = {
     https: await listenLocal(https as unknown as Server),
     http: await listenLocal(http as unknown as Server),
@@ -164,7 +252,16 @@ export async function startUpstreams(pki: Pki) {
   return {
     seen,
     ports: ports as typeof ports & { refused: number },
-    close: () => Promise.all(all.map((s) => new Promise((r) => { (s as unknown as { closeAllConnections?: () => void }).closeAllConnections?.(); s.close(r); }))),
+    close: () =>
+      Promise.all(
+        all.map(
+          (s) =>
+            new Promise((r) => {
+              (s as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+              s.close(r);
+            }),
+        ),
+      ),
   };
 }
 
@@ -180,20 +277,48 @@ export function fakeResolver(map: Record<string, string>, lookups: string[] = []
 
 export function tempDir(prefix: string) {
   const dir = mkdtempSync(join(tmpdir(), prefix));
-  return { dir, write: (name: string, text: string) => { const p = join(dir, name); writeFileSync(p, text); return p; }, remove: () => rmSync(dir, { recursive: true, force: true }) };
+  return {
+    dir,
+    write: (name: string, text: string) => {
+      const p = join(dir, name);
+      writeFileSync(p, text);
+      return p;
+    },
+    remove: () => rmSync(dir, { recursive: true, force: true }),
+  };
 }
 
-export interface RunResult { code: number | null; stdout: string; stderr: string }
+export interface RunResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
 
 /** Runs a client without blocking this process's event loop (the proxy and upstreams live here). */
 export function run(cmd: string, args: string[], env: Record<string, string> = {}, input?: string): Promise<RunResult> {
   return new Promise((resolve) => {
-    const child = execFile(cmd, args, { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', ...env }, timeout: 60_000, maxBuffer: 64 * 1024 * 1024 },
-      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) }));
+    const child = execFile(
+      cmd,
+      args,
+      {
+        env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/tmp', ...env },
+        timeout: 60_000,
+        maxBuffer: 64 * 1024 * 1024,
+      },
+      (err, stdout, stderr) =>
+        resolve({
+          code: err ? ((err as { code?: number }).code ?? 1) : 0,
+          stdout: String(stdout),
+          stderr: String(stderr),
+        }),
+    );
     if (input !== undefined) child.stdin?.end(input);
   });
 }
 
-export function eventsOf<T extends EgressEvent['type']>(events: EgressEvent[], type: T): Extract<EgressEvent, { type: T }>[] {
+export function eventsOf<T extends EgressEvent['type']>(
+  events: EgressEvent[],
+  type: T,
+): Extract<EgressEvent, { type: T }>[] {
   return events.filter((e) => e.type === type) as Extract<EgressEvent, { type: T }>[];
 }

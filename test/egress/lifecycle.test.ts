@@ -9,14 +9,20 @@ import { fakeResolver, makePki, run, startUpstreams, tempDir } from './fixtures.
 const pki = makePki(['a.egress.test', 'b.egress.test']);
 const up = await startUpstreams(pki);
 const tmp = tempDir('egress-life-test-');
-t.teardown(async () => { await up.close(); tmp.remove(); });
+t.teardown(async () => {
+  await up.close();
+  tmp.remove();
+});
 
 async function capsule(id: string, name: string, events: EgressEvent[]) {
   const proxy = await startEgressProxy({
     capsuleId: id,
     socketPath: `${tmp.dir}/${id}.sock`,
     tcp: { host: '127.0.0.1', port: 0 },
-    profileRules: [{ kind: 'domain', value: name, port: up.ports.https }, { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.https }],
+    profileRules: [
+      { kind: 'domain', value: name, port: up.ports.https },
+      { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.https },
+    ],
     declaration: [name, '127.0.0.1'],
     extraCaPem: pki.caPem,
     resolver: fakeResolver({ 'a.egress.test': '127.0.0.1', 'b.egress.test': '127.0.0.1' }),
@@ -24,7 +30,20 @@ async function capsule(id: string, name: string, events: EgressEvent[]) {
   });
   const ca = tmp.write(`${id}.pem`, proxy.caPem);
   const get = async (host: string, caFile = ca) => {
-    const r = await run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--max-time', '10', '--proxy', `http://127.0.0.1:${proxy.tcpAddress?.port}`, '--cacert', caFile, `https://${host}:${up.ports.https}/json`]);
+    const r = await run('curl', [
+      '-sS',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code}',
+      '--max-time',
+      '10',
+      '--proxy',
+      `http://127.0.0.1:${proxy.tcpAddress?.port}`,
+      '--cacert',
+      caFile,
+      `https://${host}:${up.ports.https}/json`,
+    ]);
     return r.stdout;
   };
   return { proxy, get, ca };
@@ -33,7 +52,10 @@ async function capsule(id: string, name: string, events: EgressEvent[]) {
 t.test('two capsules: independent CAs, rules and events; stopping one leaves the other serving', async (t) => {
   const ea: EgressEvent[] = [];
   const eb: EgressEvent[] = [];
-  const [a, b] = await Promise.all([capsule('cap_life_a', 'a.egress.test', ea), capsule('cap_life_b', 'b.egress.test', eb)]);
+  const [a, b] = await Promise.all([
+    capsule('cap_life_a', 'a.egress.test', ea),
+    capsule('cap_life_b', 'b.egress.test', eb),
+  ]);
   t.not(a.proxy.caPem, b.proxy.caPem);
   t.equal(await a.get('a.egress.test'), '200');
   t.equal(await b.get('b.egress.test'), '200');
@@ -56,7 +78,10 @@ t.test('two capsules: independent CAs, rules and events; stopping one leaves the
 
   const refused = await new Promise<boolean>((resolve) => {
     const s = connect(a.proxy.tcpAddress!.port, '127.0.0.1');
-    s.on('connect', () => { s.destroy(); resolve(false); });
+    s.on('connect', () => {
+      s.destroy();
+      resolve(false);
+    });
     s.on('error', () => resolve(true));
   });
   t.ok(refused, 'listener closed');
@@ -77,31 +102,72 @@ t.test('the per-capsule CA: a constrained CA, leaves minted per host and cached'
 });
 
 t.test('invalid config is refused at start, naming the problem', async (t) => {
-  await t.rejects(startEgressProxy({
-    capsuleId: 'cap_bad', tcp: { host: '127.0.0.1', port: 0 }, profileRules: [{ kind: 'domain', value: 'a b', port: 443 }],
-    declaration: [], onEvent: () => {},
-  }), /profileRules\[0\]\.value/);
-  await t.rejects(startEgressProxy({
-    capsuleId: 'cap_bad', tcp: { host: '127.0.0.1', port: 0 }, profileRules: [], declaration: [], onEvent: () => {},
-    mcpPolicy: { allowed_tools: 'x' as unknown as string[] },
-  }), /mcp_policy\.allowed_tools/);
-  await t.rejects(startEgressProxy({ capsuleId: 'cap_bad', profileRules: [], declaration: [], onEvent: () => {} }), /socketPath or tcp/);
-  await t.rejects(startEgressProxy({
-    capsuleId: 'cap_bad', tcp: { host: '127.0.0.1', port: 0 }, profileRules: [], declaration: [], onEvent: () => {},
-    extraCaPem: '-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n',
-  }), /extraCaPem/);
+  await t.rejects(
+    startEgressProxy({
+      capsuleId: 'cap_bad',
+      tcp: { host: '127.0.0.1', port: 0 },
+      profileRules: [{ kind: 'domain', value: 'a b', port: 443 }],
+      declaration: [],
+      onEvent: () => {},
+    }),
+    /profileRules\[0\]\.value/,
+  );
+  await t.rejects(
+    startEgressProxy({
+      capsuleId: 'cap_bad',
+      tcp: { host: '127.0.0.1', port: 0 },
+      profileRules: [],
+      declaration: [],
+      onEvent: () => {},
+      mcpPolicy: { allowed_tools: 'x' as unknown as string[] },
+    }),
+    /mcp_policy\.allowed_tools/,
+  );
+  await t.rejects(
+    startEgressProxy({ capsuleId: 'cap_bad', profileRules: [], declaration: [], onEvent: () => {} }),
+    /socketPath or tcp/,
+  );
+  await t.rejects(
+    startEgressProxy({
+      capsuleId: 'cap_bad',
+      tcp: { host: '127.0.0.1', port: 0 },
+      profileRules: [],
+      declaration: [],
+      onEvent: () => {},
+      extraCaPem: '-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n',
+    }),
+    /extraCaPem/,
+  );
 });
 
 t.test('a throwing onEvent callback does not break the proxy', async (t) => {
   const proxy = await startEgressProxy({
-    capsuleId: 'cap_throw', tcp: { host: '127.0.0.1', port: 0 },
-    profileRules: [{ kind: 'domain', value: 'a.egress.test', port: up.ports.https }, { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.https }],
-    declaration: ['a.egress.test', '127.0.0.1'], extraCaPem: pki.caPem,
+    capsuleId: 'cap_throw',
+    tcp: { host: '127.0.0.1', port: 0 },
+    profileRules: [
+      { kind: 'domain', value: 'a.egress.test', port: up.ports.https },
+      { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.https },
+    ],
+    declaration: ['a.egress.test', '127.0.0.1'],
+    extraCaPem: pki.caPem,
     resolver: fakeResolver({ 'a.egress.test': '127.0.0.1' }),
-    onEvent: () => { throw new Error('recorder down'); },
+    onEvent: () => {
+      throw new Error('recorder down');
+    },
   });
   const ca = tmp.write('throw.pem', proxy.caPem);
-  const r = await run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--proxy', `http://127.0.0.1:${proxy.tcpAddress?.port}`, '--cacert', ca, `https://a.egress.test:${up.ports.https}/json`]);
+  const r = await run('curl', [
+    '-sS',
+    '-o',
+    '/dev/null',
+    '-w',
+    '%{http_code}',
+    '--proxy',
+    `http://127.0.0.1:${proxy.tcpAddress?.port}`,
+    '--cacert',
+    ca,
+    `https://a.egress.test:${up.ports.https}/json`,
+  ]);
   t.equal(r.stdout, '200');
   t.equal(proxy.droppedCallbackErrors, 1);
   await proxy.stop();
@@ -110,15 +176,34 @@ t.test('a throwing onEvent callback does not break the proxy', async (t) => {
 t.test('stop() ends in-flight exchanges and emits their events before it resolves', async (t) => {
   const events: EgressEvent[] = [];
   const proxy = await startEgressProxy({
-    capsuleId: 'cap_inflight', tcp: { host: '127.0.0.1', port: 0 },
-    profileRules: [{ kind: 'domain', value: 'a.egress.test', port: up.ports.loris }, { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.loris }],
-    declaration: ['a.egress.test', '127.0.0.1'], extraCaPem: pki.caPem,
+    capsuleId: 'cap_inflight',
+    tcp: { host: '127.0.0.1', port: 0 },
+    profileRules: [
+      { kind: 'domain', value: 'a.egress.test', port: up.ports.loris },
+      { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.loris },
+    ],
+    declaration: ['a.egress.test', '127.0.0.1'],
+    extraCaPem: pki.caPem,
     resolver: fakeResolver({ 'a.egress.test': '127.0.0.1' }),
     onEvent: (e) => events.push(e),
   });
   const ca = tmp.write('inflight.pem', proxy.caPem);
-  const client = run('curl', ['-sS', '-o', '/dev/null', '-w', '%{http_code}', '--max-time', '20', '--proxy', `http://127.0.0.1:${proxy.tcpAddress?.port}`, '--cacert', ca, `https://a.egress.test:${up.ports.loris}/json`]);
-  for (let i = 0; i < 100 && up.seen.length === 0 && events.length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+  const client = run('curl', [
+    '-sS',
+    '-o',
+    '/dev/null',
+    '-w',
+    '%{http_code}',
+    '--max-time',
+    '20',
+    '--proxy',
+    `http://127.0.0.1:${proxy.tcpAddress?.port}`,
+    '--cacert',
+    ca,
+    `https://a.egress.test:${up.ports.loris}/json`,
+  ]);
+  for (let i = 0; i < 100 && up.seen.length === 0 && events.length === 0; i++)
+    await new Promise((r) => setTimeout(r, 50));
   await new Promise((r) => setTimeout(r, 300)); // the request is now waiting on the dripping upstream
   await proxy.stop();
   const sealed = events.filter((e) => e.type === 'SealedHttpRequest');
@@ -130,14 +215,29 @@ t.test('stop() ends in-flight exchanges and emits their events before it resolve
 
 t.test('a slow but live upstream is served: the connect bound does not cut the wait for headers', async (t) => {
   const proxy = await startEgressProxy({
-    capsuleId: 'cap_slow', tcp: { host: '127.0.0.1', port: 0 },
-    profileRules: [{ kind: 'domain', value: 'a.egress.test', port: up.ports.https }, { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.https }],
-    declaration: ['a.egress.test', '127.0.0.1'], extraCaPem: pki.caPem,
+    capsuleId: 'cap_slow',
+    tcp: { host: '127.0.0.1', port: 0 },
+    profileRules: [
+      { kind: 'domain', value: 'a.egress.test', port: up.ports.https },
+      { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.https },
+    ],
+    declaration: ['a.egress.test', '127.0.0.1'],
+    extraCaPem: pki.caPem,
     resolver: fakeResolver({ 'a.egress.test': '127.0.0.1' }),
-    onEvent: () => {}, limits: { connectTimeoutMs: 300, idleTimeoutMs: 3000, headersTimeoutMs: 3000 },
+    onEvent: () => {},
+    limits: { connectTimeoutMs: 300, idleTimeoutMs: 3000, headersTimeoutMs: 3000 },
   });
   const ca = tmp.write('slow.pem', proxy.caPem);
-  const r = await run('curl', ['-sS', '-w', ' %{http_code}', '--proxy', `http://127.0.0.1:${proxy.tcpAddress?.port}`, '--cacert', ca, `https://a.egress.test:${up.ports.https}/delay?ms=900`]);
+  const r = await run('curl', [
+    '-sS',
+    '-w',
+    ' %{http_code}',
+    '--proxy',
+    `http://127.0.0.1:${proxy.tcpAddress?.port}`,
+    '--cacert',
+    ca,
+    `https://a.egress.test:${up.ports.https}/delay?ms=900`,
+  ]);
   t.equal(r.stdout, 'delayed 200', r.stderr);
   await proxy.stop();
 });

@@ -15,7 +15,10 @@ async function proxyWith(mcpPolicy: McpPolicy | undefined, events: EgressEvent[]
   const proxy = await startEgressProxy({
     capsuleId: 'cap_test_mcp',
     tcp: { host: '127.0.0.1', port: 0 },
-    profileRules: [{ kind: 'domain', value: 'mcp.egress.test', port: P.https }, { kind: 'ip_v4', value: '127.0.0.1', port: P.https }],
+    profileRules: [
+      { kind: 'domain', value: 'mcp.egress.test', port: P.https },
+      { kind: 'ip_v4', value: '127.0.0.1', port: P.https },
+    ],
     declaration: ['mcp.egress.test', '127.0.0.1'],
     ...(mcpPolicy ? { mcpPolicy } : {}),
     extraCaPem: pki.caPem,
@@ -27,22 +30,48 @@ async function proxyWith(mcpPolicy: McpPolicy | undefined, events: EgressEvent[]
   const ca = tmp.write(`ca-${proxy.tcpAddress?.port}.pem`, proxy.caPem);
   const post = async (path: string, body: string | Buffer, headers: string[] = [], host = 'mcp.egress.test') => {
     const file = tmp.write(`body-${Math.random().toString(36).slice(2)}`, body as string);
-    const r = await run('curl', ['-sS', '--max-time', '20', '--proxy', url, '--cacert', ca, '-w', '\n%{http_code}', '-X', 'POST',
-      '-H', 'content-type: application/json', '-H', 'accept: application/json, text/event-stream',
-      ...headers.flatMap((h) => ['-H', h]), '--data-binary', `@${file}`, `https://${host}:${P.https}${path}`]);
+    const r = await run('curl', [
+      '-sS',
+      '--max-time',
+      '20',
+      '--proxy',
+      url,
+      '--cacert',
+      ca,
+      '-w',
+      '\n%{http_code}',
+      '-X',
+      'POST',
+      '-H',
+      'content-type: application/json',
+      '-H',
+      'accept: application/json, text/event-stream',
+      ...headers.flatMap((h) => ['-H', h]),
+      '--data-binary',
+      `@${file}`,
+      `https://${host}:${P.https}${path}`,
+    ]);
     const i = r.stdout.lastIndexOf('\n');
     return { status: Number(r.stdout.slice(i + 1)), body: r.stdout.slice(0, i), stderr: r.stderr };
   };
   return { proxy, post };
 }
 
-const call = (name: string, args: unknown, id: number | string = 1) => JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } });
+const call = (name: string, args: unknown, id: number | string = 1) =>
+  JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } });
 const sawTool = (name: string) => up.seen.some((s) => s.body.toString().includes(`"${name}"`));
 
 const events: EgressEvent[] = [];
-const policy = await proxyWith({ allowed_tools: ['search', 'read_file'], prohibited_tools: ['read_file', 'delete_all'] }, events);
+const policy = await proxyWith(
+  { allowed_tools: ['search', 'read_file'], prohibited_tools: ['read_file', 'delete_all'] },
+  events,
+);
 
-t.teardown(async () => { await policy.proxy.stop(); await up.close(); tmp.remove(); });
+t.teardown(async () => {
+  await policy.proxy.stop();
+  await up.close();
+  tmp.remove();
+});
 
 t.test('allowed tool is forwarded and recorded as McpToolInvoked with canonical-JSON hashes', async (t) => {
   events.length = 0;
@@ -73,7 +102,11 @@ t.test('allowed tool over SSE: streaming events plus McpToolInvoked with the res
   t.equal(chunks.length, 3, 'one chunk per SSE event (comment, progress, response)');
   t.equal(chunks[0]?.chunk_hash, sha512(': keep-alive comment\n\n'));
   const [mcp] = eventsOf(events, 'McpToolInvoked');
-  const resultLine = r.body.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6))).find((m) => m.id === 'abc');
+  const resultLine = r.body
+    .split('\n')
+    .filter((l) => l.startsWith('data: '))
+    .map((l) => JSON.parse(l.slice(6)))
+    .find((m) => m.id === 'abc');
   t.equal(mcp?.tool_result_hash, sha512(jcs(resultLine.result)));
   t.equal(mcp?.outcome, 'success');
   t.equal(eventsOf(events, 'StreamingEgressCompleted')[0]?.chunks, 3);
@@ -117,7 +150,13 @@ t.test('fail-open: compressed body (Content-Encoding: gzip) is forwarded without
   const r = await policy.post('/mcp', gzipSync(call('delete_all', { gz: 1 })), ['Content-Encoding: gzip']);
   t.equal(r.status, 200);
   t.equal(up.seen.length, before + 1, 'forwarded to the upstream');
-  t.ok(up.seen.at(-1)?.body.subarray(0, 2).equals(Buffer.from([0x1f, 0x8b])), 'gzip bytes arrived unmodified');
+  t.ok(
+    up.seen
+      .at(-1)
+      ?.body.subarray(0, 2)
+      .equals(Buffer.from([0x1f, 0x8b])),
+    'gzip bytes arrived unmodified',
+  );
   t.equal(eventsOf(events, 'SealedHttpRequest').length, 1, 'still recorded as a request');
   t.equal(eventsOf(events, 'McpToolInvoked').length, 0, 'no tool event: the tool was not identified');
 });
@@ -132,7 +171,10 @@ t.test('fail-open: JSON-RPC batch array is forwarded without a tool check', asyn
 
 t.test('fail-open: malformed envelope (no "jsonrpc":"2.0") is forwarded without a tool check', async (t) => {
   const before = up.seen.length;
-  const r = await policy.post('/mcp', JSON.stringify({ id: 9, method: 'tools/call', params: { name: 'delete_all', arguments: { malformed: 1 } } }));
+  const r = await policy.post(
+    '/mcp',
+    JSON.stringify({ id: 9, method: 'tools/call', params: { name: 'delete_all', arguments: { malformed: 1 } } }),
+  );
   t.equal(r.status, 200);
   t.equal(up.seen.length, before + 1);
   t.match(up.seen.at(-1)?.body.toString() ?? '', /"malformed":1/);
@@ -153,7 +195,11 @@ t.test('with mcp_policy, a body over the inspection bound is refused (413), not 
   t.equal(r.status, 413);
   t.equal(up.seen.length, before);
   const upload = await small.post('/json', Buffer.alloc(64 * 1024, 0x41));
-  t.equal(upload.status, 200, 'a body that cannot be a tools/call object (first byte not "{") streams at once, any size');
+  t.equal(
+    upload.status,
+    200,
+    'a body that cannot be a tools/call object (first byte not "{") streams at once, any size',
+  );
   t.equal(JSON.parse(upload.body).echo_sha512, sha512(Buffer.alloc(64 * 1024, 0x41)));
   const batch = await small.post('/mcp', `[${call('delete_all', { pad: 'y'.repeat(4096) })}]`);
   t.equal(batch.status, 200, 'fail-open: a batch array over the bound is forwarded like any batch');

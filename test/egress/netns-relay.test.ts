@@ -10,23 +10,33 @@ import { eventsOf, fakeResolver, makePki, run, startUpstreams, tempDir } from '.
 const root = process.getuid?.() === 0;
 const haveTools = (await run('sh', ['-c', 'command -v unshare && command -v socat && command -v ip'])).code === 0;
 
-t.test('capsule netns -> relay -> Unix socket -> proxy', { skip: !root || !haveTools ? 'needs root, unshare, socat, ip' : false }, async (t) => {
-  const pki = makePki(['api.egress.test']);
-  const up = await startUpstreams(pki);
-  const tmp = tempDir('egress-netns-');
-  const events: EgressEvent[] = [];
-  const proxy = await startEgressProxy({
-    capsuleId: 'cap_netns',
-    socketPath: `${tmp.dir}/proxy.sock`,
-    profileRules: [{ kind: 'domain', value: 'api.egress.test', port: up.ports.https }, { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.https }],
-    declaration: ['api.egress.test', '127.0.0.1'],
-    extraCaPem: pki.caPem,
-    resolver: fakeResolver({ 'api.egress.test': '127.0.0.1' }),
-    onEvent: (e) => events.push(e),
-  });
-  const ca = tmp.write('ca.pem', proxy.caPem);
-  t.teardown(async () => { await proxy.stop(); await up.close(); tmp.remove(); });
-  const script = `
+t.test(
+  'capsule netns -> relay -> Unix socket -> proxy',
+  { skip: !root || !haveTools ? 'needs root, unshare, socat, ip' : false },
+  async (t) => {
+    const pki = makePki(['api.egress.test']);
+    const up = await startUpstreams(pki);
+    const tmp = tempDir('egress-netns-');
+    const events: EgressEvent[] = [];
+    const proxy = await startEgressProxy({
+      capsuleId: 'cap_netns',
+      socketPath: `${tmp.dir}/proxy.sock`,
+      profileRules: [
+        { kind: 'domain', value: 'api.egress.test', port: up.ports.https },
+        { kind: 'ip_v4', value: '127.0.0.1', port: up.ports.https },
+      ],
+      declaration: ['api.egress.test', '127.0.0.1'],
+      extraCaPem: pki.caPem,
+      resolver: fakeResolver({ 'api.egress.test': '127.0.0.1' }),
+      onEvent: (e) => events.push(e),
+    });
+    const ca = tmp.write('ca.pem', proxy.caPem);
+    t.teardown(async () => {
+      await proxy.stop();
+      await up.close();
+      tmp.remove();
+    });
+    const script = `
 set -u
 ip link set lo up
 socat TCP-LISTEN:3128,bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:${proxy.socketPath} &
@@ -39,12 +49,18 @@ python3 -c "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).send
 echo "refused=$(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 --proxy http://127.0.0.1:3128 https://example.com/ 2>&1 | grep -o 'CONNECT tunnel failed, response [0-9]*' | grep -o '[0-9]*$')"
 kill $RELAY
 `;
-  const r = await run('unshare', ['--net', 'bash', '-c', script]);
-  const out = Object.fromEntries(r.stdout.trim().split('\n').map((l) => l.split('=') as [string, string]));
-  t.equal(out.proxied, '200', `allowed host through the relay (${r.stderr})`);
-  t.not(out.direct_exit, '0', 'direct connection from the capsule netns fails');
-  t.not(out.dns_exit, '0', 'no DNS from inside');
-  t.not(out.udp_exit, '0', 'no UDP from inside');
-  t.equal(out.refused, '403', 'an unlisted host is refused by the proxy');
-  t.equal(eventsOf(events, 'SealedHttpRequest').length, 1);
-});
+    const r = await run('unshare', ['--net', 'bash', '-c', script]);
+    const out = Object.fromEntries(
+      r.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split('=') as [string, string]),
+    );
+    t.equal(out.proxied, '200', `allowed host through the relay (${r.stderr})`);
+    t.not(out.direct_exit, '0', 'direct connection from the capsule netns fails');
+    t.not(out.dns_exit, '0', 'no DNS from inside');
+    t.not(out.udp_exit, '0', 'no UDP from inside');
+    t.equal(out.refused, '403', 'an unlisted host is refused by the proxy');
+    t.equal(eventsOf(events, 'SealedHttpRequest').length, 1);
+  },
+);

@@ -19,36 +19,72 @@ t.test('SSE chunking: one chunk per event, independent of how TCP split the byte
   const stream = 'data: a\n\nevent: x\r\ndata: b\r\n\r\ndata: c\r\rid: 4\ndata: d\n\ntrailing';
   const expected = ['data: a\n\n', 'event: x\r\ndata: b\r\n\r\n', 'data: c\r\r', 'id: 4\ndata: d\n\n', 'trailing'];
   const whole = chunk(true, 1 << 20, [stream]);
-  t.same(whole.chunks.map((c) => c.digest.toString('hex')), expected.map(hex));
+  t.same(
+    whole.chunks.map((c) => c.digest.toString('hex')),
+    expected.map(hex),
+  );
   const bytewise = chunk(true, 1 << 20, stream.split(''));
-  t.same(bytewise.chunks.map((c) => c.digest.toString('hex')), expected.map(hex), 'byte-by-byte delivery gives the same chunks');
+  t.same(
+    bytewise.chunks.map((c) => c.digest.toString('hex')),
+    expected.map(hex),
+    'byte-by-byte delivery gives the same chunks',
+  );
   t.equal(whole.total, Buffer.byteLength(stream));
 });
 
 t.test('SSE chunk longer than the bound is cut; block framing uses fixed blocks', async (t) => {
   const big = chunk(true, 4, ['data: abcdef\n\n']);
-  t.same(big.chunks.map((c) => c.bytes), [4, 4, 4, 2]);
+  t.same(
+    big.chunks.map((c) => c.bytes),
+    [4, 4, 4, 2],
+  );
   const blocks = chunk(false, 5, ['abc', 'defgh', 'ij', 'k']);
-  t.same(blocks.chunks.map((c) => c.digest.toString('hex')), ['abcde', 'fghij', 'k'].map(hex));
+  t.same(
+    blocks.chunks.map((c) => c.digest.toString('hex')),
+    ['abcde', 'fghij', 'k'].map(hex),
+  );
 });
 
 t.test('JCS: sorted keys, no whitespace, ES number form', async (t) => {
-  t.equal(jcs({ b: 1, a: [true, null, 'x'], c: { z: 1e21, y: 0.1 } }), '{"a":[true,null,"x"],"b":1,"c":{"y":0.1,"z":1e+21}}');
+  t.equal(
+    jcs({ b: 1, a: [true, null, 'x'], c: { z: 1e21, y: 0.1 } }),
+    '{"a":[true,null,"x"],"b":1,"c":{"y":0.1,"z":1e+21}}',
+  );
   t.equal(jcs({ '\u20ac': 1, '\r': 2, ö: 3 }), '{"\\r":2,"ö":3,"€":1}');
   t.throws(() => jcs({ x: NaN }));
 });
 
 t.test('MCP body classification', async (t) => {
   const b = (v: unknown) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v));
-  t.match(inspectBody(b({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'x', arguments: { a: 1 } } }), undefined),
-    { kind: 'tools_call', id: 1, toolName: 'x', args: { a: 1 }, notification: false });
-  t.match(inspectBody(b({ jsonrpc: '2.0', method: 'tools/call', params: { name: 'x' } }), undefined), { kind: 'tools_call', notification: true, id: null });
+  t.match(
+    inspectBody(
+      b({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'x', arguments: { a: 1 } } }),
+      undefined,
+    ),
+    { kind: 'tools_call', id: 1, toolName: 'x', args: { a: 1 }, notification: false },
+  );
+  t.match(inspectBody(b({ jsonrpc: '2.0', method: 'tools/call', params: { name: 'x' } }), undefined), {
+    kind: 'tools_call',
+    notification: true,
+    id: null,
+  });
   t.same(inspectBody(b({ jsonrpc: '2.0', id: 1, method: 'tools/list' }), undefined), { kind: 'not_tools_call' });
-  t.same(inspectBody(b([{ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'x' } }]), undefined), { kind: 'fail_open', reason: 'batch_array' });
+  t.same(inspectBody(b([{ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'x' } }]), undefined), {
+    kind: 'fail_open',
+    reason: 'batch_array',
+  });
   t.same(inspectBody(b('{"jsonrpc":"2.0",'), undefined), { kind: 'fail_open', reason: 'malformed_envelope' });
-  t.same(inspectBody(b({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 7 } }), undefined), { kind: 'fail_open', reason: 'malformed_envelope' });
-  t.same(inspectBody(b({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'x' } }), 'gzip'), { kind: 'fail_open', reason: 'compressed_body' });
-  t.match(inspectBody(b({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'x' } }), 'identity'), { kind: 'tools_call' });
+  t.same(inspectBody(b({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 7 } }), undefined), {
+    kind: 'fail_open',
+    reason: 'malformed_envelope',
+  });
+  t.same(inspectBody(b({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'x' } }), 'gzip'), {
+    kind: 'fail_open',
+    reason: 'compressed_body',
+  });
+  t.match(inspectBody(b({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'x' } }), 'identity'), {
+    kind: 'tools_call',
+  });
   t.same(inspectBody(Buffer.from([0xff, 0xfe]), undefined), { kind: 'fail_open', reason: 'malformed_envelope' });
   t.same(inspectBody(Buffer.alloc(0), undefined), { kind: 'not_tools_call' });
 });

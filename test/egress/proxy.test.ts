@@ -31,29 +31,58 @@ const proxy = await startEgressProxy({
     // Loopback upstreams need the address named explicitly (loopback is refused otherwise).
     { kind: 'domain', value: 'api.egress.test', port: P.fatHeaders },
     { kind: 'domain', value: 'api.egress.test', port: P.badStatus },
-    ...[P.https, P.http, P.rogue, P.refused, P.badTls, P.loris, P.fatHeaders, P.badStatus].map((port) => ({ kind: 'ip_v4' as const, value: '127.0.0.1', port })),
+    ...[P.https, P.http, P.rogue, P.refused, P.badTls, P.loris, P.fatHeaders, P.badStatus].map((port) => ({
+      kind: 'ip_v4' as const,
+      value: '127.0.0.1',
+      port,
+    })),
   ],
   declaration: ['api.egress.test', 'decl-only.egress.test', 'unlisted-ip.egress.test', 'meta.egress.test', '127.0.0.1'],
   extraCaPem: pki.caPem,
-  resolver: fakeResolver({
-    'api.egress.test': '127.0.0.1', 'profile-only.egress.test': '127.0.0.1', 'decl-only.egress.test': '127.0.0.1',
-    'unlisted-ip.egress.test': '127.0.0.2', 'meta.egress.test': '169.254.169.254',
-  }, lookups),
-  onEvent: (e) => { events.push(e); allEvents.push(e); },
+  resolver: fakeResolver(
+    {
+      'api.egress.test': '127.0.0.1',
+      'profile-only.egress.test': '127.0.0.1',
+      'decl-only.egress.test': '127.0.0.1',
+      'unlisted-ip.egress.test': '127.0.0.2',
+      'meta.egress.test': '169.254.169.254',
+    },
+    lookups,
+  ),
+  onEvent: (e) => {
+    events.push(e);
+    allEvents.push(e);
+  },
   onRefusal: (r) => refusals.push(r),
   limits: { headersTimeoutMs: 1500, maxResponseBytes: 8 * 1024 * 1024 },
 });
 const proxyUrl = `http://127.0.0.1:${proxy.tcpAddress?.port}`;
 const caFile = tmp.write('capsule-ca.pem', proxy.caPem);
-const curl = (...args: string[]) => run('curl', ['-sS', '--max-time', '20', '--proxy', proxyUrl, '--cacert', caFile, '-w', '\n%{http_code}', ...args]);
-const split = (out: string) => { const i = out.lastIndexOf('\n'); return { body: out.slice(0, i), status: Number(out.slice(i + 1)) }; };
+const curl = (...args: string[]) =>
+  run('curl', ['-sS', '--max-time', '20', '--proxy', proxyUrl, '--cacert', caFile, '-w', '\n%{http_code}', ...args]);
+const split = (out: string) => {
+  const i = out.lastIndexOf('\n');
+  return { body: out.slice(0, i), status: Number(out.slice(i + 1)) };
+};
 
-t.teardown(async () => { await proxy.stop(); await up.close(); tmp.remove(); });
+t.teardown(async () => {
+  await proxy.stop();
+  await up.close();
+  tmp.remove();
+});
 
 t.test('curl: allowed host over HTTPS works and is recorded with correct hashes', async (t) => {
   events.length = 0;
   const payload = JSON.stringify({ q: 'hello' });
-  const r = await curl('-X', 'POST', '-H', 'content-type: application/json', '--data-binary', payload, `https://api.egress.test:${P.https}/json?n=1`);
+  const r = await curl(
+    '-X',
+    'POST',
+    '-H',
+    'content-type: application/json',
+    '--data-binary',
+    payload,
+    `https://api.egress.test:${P.https}/json?n=1`,
+  );
   t.equal(r.code, 0, r.stderr);
   const { body, status } = split(r.stdout);
   t.equal(status, 200);
@@ -92,20 +121,26 @@ t.test('curl: plain HTTP absolute-URI request to an allowed host is forwarded an
   t.equal(ev?.request_body_hash, sha512(''));
 });
 
-t.test('a CONNECT tunnel carrying anything but TLS is closed with 400 (no raw protocols through tunnels)', async (t) => {
-  events.length = 0;
-  const r = await curl('--proxytunnel', `http://api.egress.test:${P.http}/json?n=6`);
-  t.equal(split(r.stdout).status, 400, r.stderr);
-  t.equal(refusals.at(-1)?.reason, 'unsupported');
-  t.equal(eventsOf(events, 'SealedHttpRequest').length, 0);
-});
+t.test(
+  'a CONNECT tunnel carrying anything but TLS is closed with 400 (no raw protocols through tunnels)',
+  async (t) => {
+    events.length = 0;
+    const r = await curl('--proxytunnel', `http://api.egress.test:${P.http}/json?n=6`);
+    t.equal(split(r.stdout).status, 400, r.stderr);
+    t.equal(refusals.at(-1)?.reason, 'unsupported');
+    t.equal(eventsOf(events, 'SealedHttpRequest').length, 0);
+  },
+);
 
 t.test('node (fetch, NODE_USE_ENV_PROXY) through the proxy with the capsule CA', async (t) => {
   events.length = 0;
   const script = `const r = await fetch('https://api.egress.test:${P.https}/json?n=3', { method: 'POST', body: 'from-node' });
     console.log(r.status, JSON.parse(await r.text()).echo_sha512);`;
   const r = await run(process.execPath, ['--input-type=module', '-e', script], {
-    NODE_USE_ENV_PROXY: '1', HTTPS_PROXY: proxyUrl, HTTP_PROXY: proxyUrl, NODE_EXTRA_CA_CERTS: caFile,
+    NODE_USE_ENV_PROXY: '1',
+    HTTPS_PROXY: proxyUrl,
+    HTTP_PROXY: proxyUrl,
+    NODE_EXTRA_CA_CERTS: caFile,
   });
   t.equal(r.code, 0, r.stderr);
   t.equal(r.stdout.trim(), `200 ${sha512('from-node')}`);
@@ -121,7 +156,11 @@ t.test('python3 (urllib, HTTPS_PROXY) through the proxy with the capsule CA', as
     `r = op.open(urllib.request.Request("https://api.egress.test:${P.https}/json?n=4", data=b"from-python"))`,
     'print(r.status, json.loads(r.read())["echo_sha512"])',
   ].join('\n');
-  const r = await run('python3', ['-c', script], { HTTPS_PROXY: proxyUrl, https_proxy: proxyUrl, SSL_CERT_FILE: caFile });
+  const r = await run('python3', ['-c', script], {
+    HTTPS_PROXY: proxyUrl,
+    https_proxy: proxyUrl,
+    SSL_CERT_FILE: caFile,
+  });
   t.equal(r.code, 0, r.stderr);
   t.equal(r.stdout.trim(), `200 ${sha512('from-python')}`);
   t.equal(eventsOf(events, 'SealedHttpRequest')[0]?.request_body_hash, sha512('from-python'));
@@ -182,7 +221,11 @@ t.test('IPv4-mapped IPv6 literal is judged as the IPv4 address', async (t) => {
   t.equal(refusals.at(-1)?.reason, 'special_address', '::ffff:127.0.0.2 is loopback');
   events.length = 0;
   const ok = await curl(`https://[::ffff:127.0.0.1]:${P.https}/json`);
-  t.equal(split(ok.stdout).status, 200, `the explicitly named 127.0.0.1 rule applies to its mapped form, connected as 127.0.0.1 (${ok.stderr})`);
+  t.equal(
+    split(ok.stdout).status,
+    200,
+    `the explicitly named 127.0.0.1 rule applies to its mapped form, connected as 127.0.0.1 (${ok.stderr})`,
+  );
 });
 
 t.test('resolve once per tunnel: several requests on one CONNECT use the one checked address', async (t) => {
@@ -207,17 +250,20 @@ t.test('Host header naming another host inside a tunnel is refused (no domain fr
   t.equal(eventsOf(events, 'SealedHttpRequest').length, 0, 'nothing forwarded, nothing recorded');
 });
 
-t.test('hostile upstream: certificate from an untrusted CA -> 502, recorded as TLS failure, nothing sent', async (t) => {
-  events.length = 0;
-  const before = up.seen.length;
-  const r = await curl(`https://api.egress.test:${P.rogue}/json`);
-  t.equal(split(r.stdout).status, 502);
-  t.equal(up.seen.length, before, 'the rogue upstream never saw the request');
-  const [ev] = eventsOf(events, 'SealedHttpRequest');
-  t.equal(ev?.outcome, 'upstream_tls_failed');
-  t.match(ev?.tls?.validation ?? '', /^failed:/);
-  t.equal(ev?.status, null);
-});
+t.test(
+  'hostile upstream: certificate from an untrusted CA -> 502, recorded as TLS failure, nothing sent',
+  async (t) => {
+    events.length = 0;
+    const before = up.seen.length;
+    const r = await curl(`https://api.egress.test:${P.rogue}/json`);
+    t.equal(split(r.stdout).status, 502);
+    t.equal(up.seen.length, before, 'the rogue upstream never saw the request');
+    const [ev] = eventsOf(events, 'SealedHttpRequest');
+    t.equal(ev?.outcome, 'upstream_tls_failed');
+    t.match(ev?.tls?.validation ?? '', /^failed:/);
+    t.equal(ev?.status, null);
+  },
+);
 
 t.test('hostile upstream: TLS handshake failure -> 502', async (t) => {
   const r = await curl(`https://api.egress.test:${P.badTls}/json`);
@@ -247,7 +293,18 @@ t.test('hostile upstream: huge declared response -> 502 before any byte is relay
 
 t.test('hostile upstream: huge streamed response is cut at the bound; the client sees an error', async (t) => {
   events.length = 0;
-  const r = await run('curl', ['-sS', '-o', '/dev/null', '--max-time', '30', '--proxy', proxyUrl, '--cacert', caFile, `https://api.egress.test:${P.https}/huge-chunked`]);
+  const r = await run('curl', [
+    '-sS',
+    '-o',
+    '/dev/null',
+    '--max-time',
+    '30',
+    '--proxy',
+    proxyUrl,
+    '--cacert',
+    caFile,
+    `https://api.egress.test:${P.https}/huge-chunked`,
+  ]);
   t.not(r.code, 0, 'curl reports a truncated transfer');
   const ev = eventsOf(events, 'SealedHttpRequest')[0];
   t.equal(ev?.outcome, 'response_too_large');
@@ -273,16 +330,26 @@ t.test('hostile upstream: a status below 100 -> 502, recorded without a status, 
 t.test('hostile client: a CONNECT tunnel that never starts TLS is closed after the idle bound', async (t) => {
   const { connect } = await import('node:net');
   const short = await startEgressProxy({
-    capsuleId: 'cap_idle', tcp: { host: '127.0.0.1', port: 0 },
-    profileRules: [{ kind: 'domain', value: 'api.egress.test', port: P.https }, { kind: 'ip_v4', value: '127.0.0.1', port: P.https }],
-    declaration: ['api.egress.test', '127.0.0.1'], resolver: fakeResolver({ 'api.egress.test': '127.0.0.1' }),
-    onEvent: () => {}, limits: { idleTimeoutMs: 500 },
+    capsuleId: 'cap_idle',
+    tcp: { host: '127.0.0.1', port: 0 },
+    profileRules: [
+      { kind: 'domain', value: 'api.egress.test', port: P.https },
+      { kind: 'ip_v4', value: '127.0.0.1', port: P.https },
+    ],
+    declaration: ['api.egress.test', '127.0.0.1'],
+    resolver: fakeResolver({ 'api.egress.test': '127.0.0.1' }),
+    onEvent: () => {},
+    limits: { idleTimeoutMs: 500 },
   });
   const t0 = Date.now();
   const closed = await new Promise<string>((resolve) => {
-    const s = connect(short.tcpAddress!.port, '127.0.0.1', () => s.write(`CONNECT api.egress.test:${P.https} HTTP/1.1\r\nHost: api.egress.test:${P.https}\r\n\r\n`));
+    const s = connect(short.tcpAddress!.port, '127.0.0.1', () =>
+      s.write(`CONNECT api.egress.test:${P.https} HTTP/1.1\r\nHost: api.egress.test:${P.https}\r\n\r\n`),
+    );
     let got = '';
-    s.on('data', (d) => { got += d; });
+    s.on('data', (d) => {
+      got += d;
+    });
     s.on('close', () => resolve(got));
     s.on('error', () => {});
   });
@@ -298,7 +365,11 @@ t.test('the proxy stays up after hostile upstreams and serves the next request',
 
 t.test('streamed (chunked) response: Started, per-block Chunk hashes, Completed with the Merkle root', async (t) => {
   events.length = 0;
-  const r = await run('curl', ['-sS', '--max-time', '20', '--proxy', proxyUrl, '--cacert', caFile, `https://api.egress.test:${P.https}/stream`], {});
+  const r = await run(
+    'curl',
+    ['-sS', '--max-time', '20', '--proxy', proxyUrl, '--cacert', caFile, `https://api.egress.test:${P.https}/stream`],
+    {},
+  );
   t.equal(r.code, 0);
   const { merkleRoot } = await import('../../shared/proof/index.js');
   const bodyBytes = Buffer.concat([Buffer.alloc(70000, 1), Buffer.alloc(10, 2)]);
@@ -308,7 +379,10 @@ t.test('streamed (chunked) response: Started, per-block Chunk hashes, Completed 
   t.equal(started.length, 1);
   t.equal(started[0]?.framing, 'blocks');
   const blocks = [bodyBytes.subarray(0, 65536), bodyBytes.subarray(65536)];
-  t.same(chunks.map((c) => c.chunk_hash), blocks.map((b) => sha512(b)));
+  t.same(
+    chunks.map((c) => c.chunk_hash),
+    blocks.map((b) => sha512(b)),
+  );
   const digests = blocks.map((b) => Buffer.from(sha512(b).slice(7), 'hex'));
   t.equal(done?.merkle_root, `sha512:${Buffer.from(merkleRoot(digests)).toString('hex')}`);
   t.equal(done?.total_bytes, bodyBytes.length);
@@ -320,11 +394,21 @@ t.test('streamed (chunked) response: Started, per-block Chunk hashes, Completed 
 t.test('the Unix socket listener serves the same proxy (what the capsule relay connects to)', async (t) => {
   const { request } = await import('node:http');
   const res = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = request({ socketPath: proxy.socketPath, method: 'GET', path: `http://api.egress.test:${P.http}/json?n=5`, headers: { host: `api.egress.test:${P.http}` } }, (r) => {
-      let b = '';
-      r.on('data', (c) => { b += c; });
-      r.on('end', () => resolve({ status: r.statusCode ?? 0, body: b }));
-    });
+    const req = request(
+      {
+        socketPath: proxy.socketPath,
+        method: 'GET',
+        path: `http://api.egress.test:${P.http}/json?n=5`,
+        headers: { host: `api.egress.test:${P.http}` },
+      },
+      (r) => {
+        let b = '';
+        r.on('data', (c) => {
+          b += c;
+        });
+        r.on('end', () => resolve({ status: r.statusCode ?? 0, body: b }));
+      },
+    );
     req.on('error', reject);
     req.end();
   });
@@ -332,13 +416,21 @@ t.test('the Unix socket listener serves the same proxy (what the capsule relay c
   t.equal(JSON.parse(res.body).n, 5);
 });
 
-t.test('every recorded event is trail-ready: a type, a CONTRACT timestamp, JCS-encodable, no seq (the recorder assigns it)', async (t) => {
-  t.ok(allEvents.length > 20);
-  for (const e of allEvents) {
-    t.match(e.at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/);
-    t.doesNotThrow(() => jcs(e));
-    t.notOk('seq' in e);
-  }
-  const types = new Set(allEvents.map((e) => e.type));
-  t.same([...types].sort(), ['SealedHttpRequest', 'StreamingEgressChunk', 'StreamingEgressCompleted', 'StreamingEgressStarted']);
-});
+t.test(
+  'every recorded event is trail-ready: a type, a CONTRACT timestamp, JCS-encodable, no seq (the recorder assigns it)',
+  async (t) => {
+    t.ok(allEvents.length > 20);
+    for (const e of allEvents) {
+      t.match(e.at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/);
+      t.doesNotThrow(() => jcs(e));
+      t.notOk('seq' in e);
+    }
+    const types = new Set(allEvents.map((e) => e.type));
+    t.same([...types].sort(), [
+      'SealedHttpRequest',
+      'StreamingEgressChunk',
+      'StreamingEgressCompleted',
+      'StreamingEgressStarted',
+    ]);
+  },
+);

@@ -56,7 +56,11 @@ export function reserveUidBlock(count = 256): UidBlock {
     } catch {
       continue;
     }
-    return { base: index * BLOCK, count: Math.min(count, BLOCK), release: () => rmSync(lock, { recursive: true, force: true }) };
+    return {
+      base: index * BLOCK,
+      count: Math.min(count, BLOCK),
+      release: () => rmSync(lock, { recursive: true, force: true }),
+    };
   }
   throw new Error('no free uid block');
 }
@@ -88,14 +92,18 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
     ...Object.entries(opts.options ?? {}).map(([k, v]) => `--${k}=${v}`),
   ];
   // fd 3: an inherited descriptor the runner must never pass on into a capsule (checked by the escape battery).
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'], env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin' } });
+  const child = spawn(process.execPath, args, {
+    stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
+    env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin' },
+  });
   let err = '';
   child.stderr!.on('data', (b: Buffer) => {
     err += b.toString();
   });
   await new Promise<void>((resolve, reject) => {
     let out = '';
-    const onExit = (code: number | null): void => reject(new Error(`runner exited (${code}) before ready: ${err.trim()}`));
+    const onExit = (code: number | null): void =>
+      reject(new Error(`runner exited (${code}) before ready: ${err.trim()}`));
     child.once('exit', onExit);
     child.stdout!.on('data', (b: Buffer) => {
       out += b.toString();

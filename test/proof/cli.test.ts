@@ -11,7 +11,11 @@ const dir = mkdtempSync(join(tmpdir(), 'capsule-verify-cli-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
 
 function run(args: string[], input?: string) {
-  const r = spawnSync(process.execPath, [CLI, 'verify', ...args], { encoding: 'utf8', input, maxBuffer: 256 * 1024 * 1024 });
+  const r = spawnSync(process.execPath, [CLI, 'verify', ...args], {
+    encoding: 'utf8',
+    input,
+    maxBuffer: 256 * 1024 * 1024,
+  });
   return { code: r.status, out: r.stdout, err: r.stderr };
 }
 
@@ -46,10 +50,19 @@ t.test('a bare proof document, and --trust-manifest', async (t) => {
   const manifest = write('manifest.json', JSON.stringify(vec.manifest));
   const r = run(['--json', '--trust-manifest', manifest, doc]);
   t.equal(r.code, 1);
-  t.match(JSON.parse(r.out), { valid: false, stage_reached: 6, failure_reason: { type: 'KeyResolution', reason: 'UnknownAuthority' } });
+  t.match(JSON.parse(r.out), {
+    valid: false,
+    stage_reached: 6,
+    failure_reason: { type: 'KeyResolution', reason: 'UnknownAuthority' },
+  });
   const good = write('good-manifest.json', JSON.stringify(readJson('proofs/valid-2.1-managed-resolves.json').manifest));
   t.equal(run([`--trust-manifest=${good}`, doc]).code, 0, 'a manifest listing the key resolves');
-  const bad = write('bad-manifest.json', JSON.stringify({ authorities: [{ signing_authority_id: 'a', keys: [{ signing_key_version: 'x', public_key: 'k' }] }] }));
+  const bad = write(
+    'bad-manifest.json',
+    JSON.stringify({
+      authorities: [{ signing_authority_id: 'a', keys: [{ signing_key_version: 'x', public_key: 'k' }] }],
+    }),
+  );
   const rb = run(['--trust-manifest', bad, doc]);
   t.equal(rb.code, 2);
   t.match(rb.err, /signing_key_version must be an integer/);
@@ -77,8 +90,14 @@ t.test('JSON lines, several files, stdin', async (t) => {
   const jl = write('batch.jsonl', [good, bad, '', good].join('\n') + '\n');
   const r = run(['--json', jl]);
   t.equal(r.code, 1);
-  const rs = r.out.trim().split('\n').map((l) => JSON.parse(l));
-  t.same(rs.map((x) => x.valid), [true, false, true]);
+  const rs = r.out
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
+  t.same(
+    rs.map((x) => x.valid),
+    [true, false, true],
+  );
   t.equal(rs[1].failure_reason.type, 'FinalHashMismatch');
   const all = write('all.jsonl', [good, good].join('\n'));
   t.equal(run([all]).code, 0);
@@ -107,15 +126,31 @@ t.test('big JSON-lines batch runs on worker threads and keeps order', async (t) 
   const p = write('big.jsonl', lines.join('\n'));
   const r = run(['--json', p]);
   t.equal(r.code, 1);
-  const rs = r.out.trim().split('\n').map((l) => JSON.parse(l));
+  const rs = r.out
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   t.equal(rs.length, n);
-  t.same(rs.map((x, i) => (x.valid ? -1 : i)).filter((i) => i >= 0), [1777], 'the one invalid proof is reported at its line');
+  t.same(
+    rs.map((x, i) => (x.valid ? -1 : i)).filter((i) => i >= 0),
+    [1777],
+    'the one invalid proof is reported at its line',
+  );
 });
 
 t.test('destroy response and stored-proof record', async (t) => {
   const cdp = vectorDoc('valid-2.1-record.json');
   const { activity: _a, ...auditProof } = cdp;
-  const destroy = write('destroy.json', JSON.stringify({ capsule_id: cdp.capsule_id, status: 'destroyed', destroyed_at: cdp.destroyed_at, cdp, audit_proof: auditProof }));
+  const destroy = write(
+    'destroy.json',
+    JSON.stringify({
+      capsule_id: cdp.capsule_id,
+      status: 'destroyed',
+      destroyed_at: cdp.destroyed_at,
+      cdp,
+      audit_proof: auditProof,
+    }),
+  );
   const r = run(['--json', destroy]);
   t.equal(r.code, 0);
   t.equal(r.out.trim().split('\n').length, 2, 'cdp and audit_proof');
@@ -124,7 +159,16 @@ t.test('destroy response and stored-proof record', async (t) => {
   t.match(human.out, /destroy\.json audit_proof: AuditProof verified/);
   const tampered = structuredClone(auditProof);
   tampered.capsule_context.jurisdiction = 'US';
-  const stored = write('stored.json', JSON.stringify({ proof_id: 'prf_1', capsule_id: cdp.capsule_id, cdp: tampered, component_proofs: {}, verified: true }));
+  const stored = write(
+    'stored.json',
+    JSON.stringify({
+      proof_id: 'prf_1',
+      capsule_id: cdp.capsule_id,
+      cdp: tampered,
+      component_proofs: {},
+      verified: true,
+    }),
+  );
   const rs = run(['--json', stored]);
   t.equal(rs.code, 1);
   t.match(JSON.parse(rs.out), { valid: false, stage_reached: 4 });
@@ -137,7 +181,11 @@ t.test('bad input: exit 2 with one clear line, never a stack trace', async (t) =
     ['empty file', [write('empty.json', '')], /empty input/],
     ['whitespace file', [write('ws.json', '  \n\n ')], /empty input/],
     ['not JSON', [write('text.json', 'hello world')], /not valid JSON/],
-    ['truncated proof', [write('trunc.json', JSON.stringify(vectorDoc('valid-2.0.json'), null, 2).slice(0, 900))], /not valid JSON/],
+    [
+      'truncated proof',
+      [write('trunc.json', JSON.stringify(vectorDoc('valid-2.0.json'), null, 2).slice(0, 900))],
+      /not valid JSON/,
+    ],
     ['binary', [write('bin.json', randomBytes(4096))], /not UTF-8|not valid JSON/],
     ['no file', [], /no proof file given/],
     ['unknown option', ['--fast', 'x'], /unknown option --fast/],
@@ -174,12 +222,22 @@ t.test('50 MB of garbage', async (t) => {
 t.test('valid JSON that is not a proof gets a verdict', async (t) => {
   const r = run(['--json', write('arr.json', '[1,2,3]')]);
   t.equal(r.code, 1);
-  t.match(JSON.parse(r.out), { valid: false, stage_reached: 0, failure_reason: { type: 'FormatInvalid', reason: 'NotAnObject' } });
+  t.match(JSON.parse(r.out), {
+    valid: false,
+    stage_reached: 0,
+    failure_reason: { type: 'FormatInvalid', reason: 'NotAnObject' },
+  });
   const deep = write('deep.json', '['.repeat(200000) + ']'.repeat(200000));
   const rd = run(['--json', deep]);
   t.ok(rd.code === 1 || rd.code === 2, 'deep nesting is a verdict or a clean error');
   noStack(t, rd.err);
-  const deepObj = write('deepobj.json', JSON.stringify({ ...vectorDoc('valid-2.1-record.json'), capsule_context: JSON.parse('{"a":'.repeat(1000) + '1' + '}'.repeat(1000)) }));
+  const deepObj = write(
+    'deepobj.json',
+    JSON.stringify({
+      ...vectorDoc('valid-2.1-record.json'),
+      capsule_context: JSON.parse('{"a":'.repeat(1000) + '1' + '}'.repeat(1000)),
+    }),
+  );
   const ro = run(['--json', deepObj]);
   t.equal(ro.code, 1);
   t.match(JSON.parse(ro.out), { valid: false, stage_reached: 0, failure_reason: { reason: 'WrongType' } });

@@ -2,9 +2,21 @@
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import {
-  emitRecord, emitPartialRecord, generateEphemeralKey, ephemeralKeyId, toAuditProof, toPresentation,
-  verifyProof, canonicalize, canonicalView, canonicalHash, activityRoot, computeChain, nobleCrypto,
-  type AuditRecord, type SigningKeyMaterial,
+  emitRecord,
+  emitPartialRecord,
+  generateEphemeralKey,
+  ephemeralKeyId,
+  toAuditProof,
+  toPresentation,
+  verifyProof,
+  canonicalize,
+  canonicalView,
+  canonicalHash,
+  activityRoot,
+  computeChain,
+  nobleCrypto,
+  type AuditRecord,
+  type SigningKeyMaterial,
 } from '../../shared/proof/index.js';
 import { nodeCrypto } from '../../shared/node/crypto-node.js';
 import { toBase64, toHex, utf8 } from '../../shared/proof/encoding.js';
@@ -20,26 +32,45 @@ function ephemeral(): { material: SigningKeyMaterial; privateKey: Uint8Array; pu
 t.test('ephemeral record verifies, as record and as AuditProof, with both providers', async (t) => {
   const { material, privateKey, publicKey } = ephemeral();
   const rec = emitRecord(recordInput(), material);
-  t.ok(privateKey.every((b) => b === 0), 'private key is zero after emit');
+  t.ok(
+    privateKey.every((b) => b === 0),
+    'private key is zero after emit',
+  );
   t.equal(privateKey.length, 32);
   t.equal(rec.cdp_version, '2.1');
   t.equal(rec.chain.length, 8);
-  t.same(rec.chain.map((s) => s.chain_hash), computeChain(rec.destroyed_at!), 'chain formula');
+  t.same(
+    rec.chain.map((s) => s.chain_hash),
+    computeChain(rec.destroyed_at!),
+    'chain formula',
+  );
   t.equal(rec.final_hash, rec.chain[7]!.chain_hash);
   t.equal(rec.attestation.public_key, 'base64:' + toBase64(publicKey));
   t.equal(rec.attestation.key_id, 'svc-verify-20261121T220500123456Z-cap_7kq2m9x4');
   t.equal(rec.activity_root, activityRoot(recordInput().activity));
   t.equal(rec.canonical_hash, canonicalHash(rec as unknown as Record<string, unknown>));
-  rec.chain.forEach((s, i) => t.equal(s.evidence_hash, 'sha512:' + toHex(nobleCrypto.sha512(utf8(canonicalize(rec.evidence[i]))))));
-  t.same(Object.keys(rec.component_proofs!).sort(),
+  rec.chain.forEach((s, i) =>
+    t.equal(s.evidence_hash, 'sha512:' + toHex(nobleCrypto.sha512(utf8(canonicalize(rec.evidence[i]))))),
+  );
+  t.same(
+    Object.keys(rec.component_proofs!).sort(),
     ['key_destruction', 'memory_wipe', 'merkle_zero_state', 'mountinfo_verification', 'namespace_verification'],
-    'steps 1-6 with performed: true only (step 5 did not perform)');
+    'steps 1-6 with performed: true only (step 5 did not perform)',
+  );
   t.equal(rec.component_proofs!['memory_wipe'], rec.chain[2]!.evidence_hash);
   const json = JSON.parse(JSON.stringify(rec));
   for (const crypto of [nobleCrypto, nodeCrypto]) {
     t.same(verifyProof(json, { crypto, now: () => 'T' }), {
-      valid: true, verified_at: 'T',
-      checks: { cdp_version_valid: true, chain_integrity: true, final_hash_valid: true, step_count: 8, signature_valid: true, algorithm: 'Ed25519' },
+      valid: true,
+      verified_at: 'T',
+      checks: {
+        cdp_version_valid: true,
+        chain_integrity: true,
+        final_hash_valid: true,
+        step_count: 8,
+        signature_valid: true,
+        algorithm: 'Ed25519',
+      },
     });
     const proof = JSON.parse(JSON.stringify(toAuditProof(rec)));
     t.notOk('activity' in proof || 'evidence' in proof || 'internal' in proof, 'record-only members dropped');
@@ -65,23 +96,42 @@ t.test('emitted record with internal ids: they never reach the AuditProof or the
 t.test('managed-authority record: fields signed, key kept, manifest resolves', async (t) => {
   const key = generateEphemeralKey(seededRandom(7));
   const material: SigningKeyMaterial = {
-    mode: 'managed', signing_authority_id: 'auth_acme', signing_key_version: 3, key_id: 'svc-authority-acme-v3',
-    publicKey: key.publicKey, privateKey: key.privateKey,
+    mode: 'managed',
+    signing_authority_id: 'auth_acme',
+    signing_key_version: 3,
+    key_id: 'svc-authority-acme-v3',
+    publicKey: key.publicKey,
+    privateKey: key.privateKey,
   };
   const rec = JSON.parse(JSON.stringify(emitRecord(recordInput(), material))) as AuditRecord;
-  t.notOk(key.privateKey.every((b) => b === 0), 'managed private key is not zeroized');
+  t.notOk(
+    key.privateKey.every((b) => b === 0),
+    'managed private key is not zeroized',
+  );
   t.equal(rec.signing_authority_id, 'auth_acme');
   t.equal(rec.signing_key_version, 3);
   t.equal(rec.attestation.key_id, 'svc-authority-acme-v3');
   const raw = toBase64(key.publicKey);
-  const manifest = { authorities: [{ signing_authority_id: 'auth_acme', keys: [{ signing_key_version: 3, public_key: raw }] }] };
+  const manifest = {
+    authorities: [{ signing_authority_id: 'auth_acme', keys: [{ signing_key_version: 3, public_key: raw }] }],
+  };
   t.equal(verifyProof(rec, { manifest }).valid, true);
   t.equal(verifyProof(rec, { manifest, crypto: nodeCrypto }).valid, true);
-  const wrongVersion = { authorities: [{ signing_authority_id: 'auth_acme', keys: [{ signing_key_version: 2, public_key: raw }] }] };
-  t.match(verifyProof(rec, { manifest: wrongVersion }), { valid: false, stage_reached: 6, failure_reason: { type: 'KeyResolution', reason: 'UnknownKeyVersion' } });
+  const wrongVersion = {
+    authorities: [{ signing_authority_id: 'auth_acme', keys: [{ signing_key_version: 2, public_key: raw }] }],
+  };
+  t.match(verifyProof(rec, { manifest: wrongVersion }), {
+    valid: false,
+    stage_reached: 6,
+    failure_reason: { type: 'KeyResolution', reason: 'UnknownKeyVersion' },
+  });
   const tampered = structuredClone(rec) as any;
   tampered.signing_key_version = 4;
-  t.match(verifyProof(tampered), { valid: false, stage_reached: 4, failure_reason: { type: 'CanonicalHashMismatch' } }, 'authority fields are in the view');
+  t.match(
+    verifyProof(tampered),
+    { valid: false, stage_reached: 4, failure_reason: { type: 'CanonicalHashMismatch' } },
+    'authority fields are in the view',
+  );
   // A second record with the same authority key works (key kept).
   t.equal(verifyProof(JSON.parse(JSON.stringify(emitRecord(recordInput(), material)))).valid, true);
 });
@@ -96,15 +146,32 @@ t.test('partial record: signed, verifies as partial, zeroized', async (t) => {
   t.equal(rec.attestation.key_id, 'svc-verify-partial-cap_7kq2m9x4');
   for (const crypto of [nobleCrypto, nodeCrypto]) {
     t.same(verifyProof(rec, { crypto, now: () => 'T' }), {
-      valid: true, completeness: 'partial', verified_at: 'T',
-      checks: { cdp_version_valid: true, chain_integrity: false, final_hash_valid: false, step_count: 0, signature_valid: true, algorithm: 'Ed25519' },
+      valid: true,
+      completeness: 'partial',
+      verified_at: 'T',
+      checks: {
+        cdp_version_valid: true,
+        chain_integrity: false,
+        final_hash_valid: false,
+        step_count: 0,
+        signature_valid: true,
+        algorithm: 'Ed25519',
+      },
     });
   }
   const unsigned = structuredClone(rec);
   delete unsigned.attestation;
-  t.match(verifyProof(unsigned), { valid: false, stage_reached: 4, failure_reason: { type: 'CanonicalHashMismatch' } }, 'the attestation key is in the view');
+  t.match(
+    verifyProof(unsigned),
+    { valid: false, stage_reached: 4, failure_reason: { type: 'CanonicalHashMismatch' } },
+    'the attestation key is in the view',
+  );
   delete unsigned.canonical_hash;
-  t.match(verifyProof(unsigned), { valid: false, stage_reached: 5, failure_reason: { type: 'AttestationMissing', reason: 'Unsigned' } });
+  t.match(verifyProof(unsigned), {
+    valid: false,
+    stage_reached: 5,
+    failure_reason: { type: 'AttestationMissing', reason: 'Unsigned' },
+  });
 });
 
 t.test('a zeroized or mismatched key cannot sign; zeroized even when emit fails', async (t) => {
@@ -115,10 +182,17 @@ t.test('a zeroized or mismatched key cannot sign; zeroized even when emit fails'
   const bad = recordInput();
   bad.evidence = bad.evidence.slice(0, 7);
   t.throws(() => emitRecord(bad, { mode: 'ephemeral', key: k2 }), /evidence must hold 8/);
-  t.ok(k2.privateKey.every((b) => b === 0), 'zeroized on failure');
+  t.ok(
+    k2.privateKey.every((b) => b === 0),
+    'zeroized on failure',
+  );
   const k3 = generateEphemeralKey(rnd);
   const other = generateEphemeralKey(rnd);
-  t.throws(() => emitRecord(recordInput(), { mode: 'ephemeral', key: { privateKey: k3.privateKey, publicKey: other.publicKey } }), /does not belong/);
+  t.throws(
+    () =>
+      emitRecord(recordInput(), { mode: 'ephemeral', key: { privateKey: k3.privateKey, publicKey: other.publicKey } }),
+    /does not belong/,
+  );
   t.ok(privateKey.every((b) => b === 0));
 });
 
@@ -140,7 +214,11 @@ t.test('presentation projection: summaries, same attestation, rejected offline',
   t.equal(p['document_hash'], rec.canonical_hash);
   t.match(p['destruction'], { steps: 8, final_hash: rec.final_hash, destroyed_at: rec.destroyed_at });
   t.match(p['verify'], { url: 'https://verify.example/x', activity_events: 3, activity_root: rec.activity_root });
-  t.match(verifyProof(JSON.parse(JSON.stringify(p))), { valid: false, stage_reached: 0, failure_reason: { type: 'FormatInvalid', reason: 'PresentationForm' } });
+  t.match(verifyProof(JSON.parse(JSON.stringify(p))), {
+    valid: false,
+    stage_reached: 0,
+    failure_reason: { type: 'FormatInvalid', reason: 'PresentationForm' },
+  });
 });
 
 t.test('the record does not change when the caller later changes its input', async (t) => {

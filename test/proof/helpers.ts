@@ -21,10 +21,13 @@ export function readJson(rel: string): any {
 }
 
 export function proofVectors(): ProofVector[] {
-  return readdirSync(VECTOR_DIR + 'proofs').filter((f) => f.endsWith('.json')).sort().map((f) => {
-    const v = readJson('proofs/' + f);
-    return { name: f, path: VECTOR_DIR + 'proofs/' + f, ...v };
-  });
+  return readdirSync(VECTOR_DIR + 'proofs')
+    .filter((f) => f.endsWith('.json'))
+    .sort()
+    .map((f) => {
+      const v = readJson('proofs/' + f);
+      return { name: f, path: VECTOR_DIR + 'proofs/' + f, ...v };
+    });
 }
 
 export function vectorDoc(name: string): any {
@@ -52,7 +55,8 @@ export function resultShapeProblem(r: unknown): string | undefined {
   if (typeof o['verified_at'] !== 'string') return 'verified_at';
   if (o['valid'] === true) {
     const c = o['checks'];
-    if (!c || typeof c.step_count !== 'number' || c.algorithm !== 'Ed25519' || c.signature_valid !== true) return 'checks';
+    if (!c || typeof c.step_count !== 'number' || c.algorithm !== 'Ed25519' || c.signature_valid !== true)
+      return 'checks';
     return undefined;
   }
   if (o['valid'] !== false) return 'valid';

@@ -7,7 +7,10 @@ function H(parts: Uint8Array[]): Uint8Array {
   const len = parts.reduce((n, p) => n + p.length, 0);
   const b = new Uint8Array(len);
   let o = 0;
-  for (const p of parts) { b.set(p, o); o += p.length; }
+  for (const p of parts) {
+    b.set(p, o);
+    o += p.length;
+  }
   return nobleCrypto.sha512(b);
 }
 
@@ -29,7 +32,10 @@ t.test('merkleRoot equals the RFC definition for 0..40 leaves, both providers', 
     for (const provider of [nobleCrypto, nodeCrypto]) {
       const byData = new MerkleAccumulator(provider);
       const byLeafHash = new MerkleAccumulator(provider);
-      for (const l of leaves) { byData.push(l); byLeafHash.pushLeafHash(merkleLeafHash(l, provider)); }
+      for (const l of leaves) {
+        byData.push(l);
+        byLeafHash.pushLeafHash(merkleLeafHash(l, provider));
+      }
       t.equal(toHex(byData.root()), want, `${n} leaves, incremental`);
       t.equal(toHex(byLeafHash.root()), want, `${n} leaves, incremental from leaf hashes`);
       t.equal(byData.count, n);

@@ -2,7 +2,14 @@
 // +1 on a signed number) makes verification fail.
 import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
-import { emitRecord, emitPartialRecord, generateEphemeralKey, verifyProof, nobleCrypto, type CryptoProvider } from '../../shared/proof/index.js';
+import {
+  emitRecord,
+  emitPartialRecord,
+  generateEphemeralKey,
+  verifyProof,
+  nobleCrypto,
+  type CryptoProvider,
+} from '../../shared/proof/index.js';
 import { nodeCrypto } from '../../shared/node/crypto-node.js';
 import { vectorDoc } from './helpers.js';
 import { recordInput, partialInput } from './fixtures.js';
@@ -72,16 +79,24 @@ t.test('partial, managed and 2.0 vectors', async (t) => {
 
 t.test('freshly emitted records', async (t) => {
   const rnd = (n: number) => new Uint8Array(randomBytes(n));
-  const rec = JSON.parse(JSON.stringify(emitRecord(recordInput(), { mode: 'ephemeral', key: generateEphemeralKey(rnd) })));
+  const rec = JSON.parse(
+    JSON.stringify(emitRecord(recordInput(), { mode: 'ephemeral', key: generateEphemeralKey(rnd) })),
+  );
   checkAllMutations(t, 'emitted record', rec, nodeCrypto);
-  const partial = JSON.parse(JSON.stringify(emitPartialRecord(partialInput(), { mode: 'ephemeral', key: generateEphemeralKey(rnd) })));
+  const partial = JSON.parse(
+    JSON.stringify(emitPartialRecord(partialInput(), { mode: 'ephemeral', key: generateEphemeralKey(rnd) })),
+  );
   checkAllMutations(t, 'emitted partial', partial, nodeCrypto);
 });
 
 t.test('1.0: every chain-bound string is signed through the final hash', async (t) => {
   const doc = vectorDoc('valid-1.0.json');
-  const bound = (p: Path) => p[0] === 'cdp_version' || p[0] === 'destroyed_at' || p[0] === 'final_hash' || p[0] === 'attestation' && p[1] !== 'key_id'
-    || (p[0] === 'chain' && (p[2] === 'chain_hash' || p[2] === 'subsystem' || p[2] === 'step'));
+  const bound = (p: Path) =>
+    p[0] === 'cdp_version' ||
+    p[0] === 'destroyed_at' ||
+    p[0] === 'final_hash' ||
+    (p[0] === 'attestation' && p[1] !== 'key_id') ||
+    (p[0] === 'chain' && (p[2] === 'chain_hash' || p[2] === 'subsystem' || p[2] === 'step'));
   const survivors: string[] = [];
   for (const { path, value } of signedLeaves(doc).filter((l) => bound(l.path))) {
     const s = String(value);

@@ -1,8 +1,16 @@
 // Every golden vector, exactly, with both crypto providers.
 import t from 'tap';
 import {
-  verifyProof, nobleCrypto, canonicalize, computeChain, activityRoot, STEPS, GENESIS_HEX,
-  signWebhook, verifyWebhookSignature, type CryptoProvider,
+  verifyProof,
+  nobleCrypto,
+  canonicalize,
+  computeChain,
+  activityRoot,
+  STEPS,
+  GENESIS_HEX,
+  signWebhook,
+  verifyWebhookSignature,
+  type CryptoProvider,
 } from '../../shared/proof/index.js';
 import { nodeCrypto, createNodeCrypto } from '../../shared/node/crypto-node.js';
 import { proofVectors, readJson, withoutVerifiedAt } from './helpers.js';
@@ -29,7 +37,11 @@ t.test('there are proof vectors of every kind', async (t) => {
 for (const [pname, crypto] of providers) {
   t.test(`proof vectors, ${pname} provider`, async (t) => {
     for (const v of vectors) {
-      const r = verifyProof(v.document, { crypto, ...(v.manifest ? { manifest: v.manifest } : {}), now: () => '2026-11-22T00:00:00.000000Z' });
+      const r = verifyProof(v.document, {
+        crypto,
+        ...(v.manifest ? { manifest: v.manifest } : {}),
+        now: () => '2026-11-22T00:00:00.000000Z',
+      });
       t.same(withoutVerifiedAt(r), v.expect, `${v.name}: ${v.description}`);
       t.strictSame(JSON.parse(JSON.stringify(withoutVerifiedAt(r))), v.expect, `${v.name}: exact members`);
       t.equal(r.verified_at, '2026-11-22T00:00:00.000000Z', `${v.name}: verified_at from the injected clock`);
@@ -63,17 +75,23 @@ t.test('JCS vectors', async (t) => {
 
 t.test('chain vectors', async (t) => {
   const chain = readJson('chain.json');
-  t.same(chain.steps, STEPS.map(({ step, subsystem, operation, method }) => ({ step, subsystem, operation, method })), 'step table');
+  t.same(
+    chain.steps,
+    STEPS.map(({ step, subsystem, operation, method }) => ({ step, subsystem, operation, method })),
+    'step table',
+  );
   t.equal(GENESIS_HEX, toHex(nobleCrypto.sha512(new Uint8Array(0))), 'genesis is SHA-512("")');
   for (const c of chain.cases) {
-    for (const [pname, p] of providers) t.same(computeChain(c.destroyed_at, p), c.chain_hashes, `${c.destroyed_at} ${pname}`);
+    for (const [pname, p] of providers)
+      t.same(computeChain(c.destroyed_at, p), c.chain_hashes, `${c.destroyed_at} ${pname}`);
   }
 });
 
 t.test('merkle vectors', async (t) => {
   const m = readJson('merkle.json');
   for (const c of m.cases) {
-    for (const [pname, p] of providers) t.equal(activityRoot(c.events, p), c.activity_root, `${c.events.length} events ${pname}`);
+    for (const [pname, p] of providers)
+      t.equal(activityRoot(c.events, p), c.activity_root, `${c.events.length} events ${pname}`);
   }
 });
 
@@ -97,7 +115,11 @@ t.test('providers agree on edge keys and signatures', async (t) => {
   const key = Uint8Array.from(Buffer.from(doc.attestation.public_key.slice(7), 'base64'));
   const sig = Uint8Array.from(Buffer.from(doc.attestation.signature.slice(7), 'base64'));
   const all = (s: Uint8Array, m: Uint8Array, k: Uint8Array) => providers.map(([, p]) => p.ed25519Verify(s, m, k));
-  t.same(all(sig, msg, key), providers.map(() => true), 'valid signature');
+  t.same(
+    all(sig, msg, key),
+    providers.map(() => true),
+    'valid signature',
+  );
   // S + L: the same signature in non-canonical form; RFC 8032 strict verification rejects it.
   const L = 2n ** 252n + 27742317777372353535851937790883648493n;
   let s = 0n;
@@ -105,18 +127,42 @@ t.test('providers agree on edge keys and signatures', async (t) => {
   const s2 = s + L;
   const mall = Uint8Array.from(sig);
   let x = s2;
-  for (let i = 32; i < 64; i++) { mall[i] = Number(x & 0xffn); x >>= 8n; }
-  if (x === 0n) t.same(all(mall, msg, key), providers.map(() => false), 'non-canonical S rejected by every provider');
+  for (let i = 32; i < 64; i++) {
+    mall[i] = Number(x & 0xffn);
+    x >>= 8n;
+  }
+  if (x === 0n)
+    t.same(
+      all(mall, msg, key),
+      providers.map(() => false),
+      'non-canonical S rejected by every provider',
+    );
   for (let i = 0; i < 50; i++) {
     const k = Uint8Array.from(Buffer.from(randomBytesHex(32), 'hex'));
-    t.same(all(sig, msg, k), providers.map(() => false), 'random 32-byte key (often not a curve point)');
+    t.same(
+      all(sig, msg, k),
+      providers.map(() => false),
+      'random 32-byte key (often not a curve point)',
+    );
   }
-  t.same(all(sig, msg, new Uint8Array(32)), providers.map(() => false), 'all-zero key');
-  t.same(all(new Uint8Array(64), msg, key), providers.map(() => false), 'all-zero signature');
+  t.same(
+    all(sig, msg, new Uint8Array(32)),
+    providers.map(() => false),
+    'all-zero key',
+  );
+  t.same(
+    all(new Uint8Array(64), msg, key),
+    providers.map(() => false),
+    'all-zero signature',
+  );
 });
 
 function randomBytesHex(n: number): string {
-  return Array.from({ length: n }, () => Math.floor(Math.random() * 256).toString(16).padStart(2, '0')).join('');
+  return Array.from({ length: n }, () =>
+    Math.floor(Math.random() * 256)
+      .toString(16)
+      .padStart(2, '0'),
+  ).join('');
 }
 
 t.test('the verifier path is isomorphic: no Node-only imports in shared/proof', async (t) => {
@@ -125,7 +171,11 @@ t.test('the verifier path is isomorphic: no Node-only imports in shared/proof', 
   t.ok(files.length >= 10, `${files.length} modules`);
   for (const f of files) {
     const src = readFileSync(dir + f, 'utf8');
-    t.notMatch(src, /from ['"]node:|require\(|from ['"](fs|crypto|buffer|path|os)['"]|\bBuffer\./, `${f} imports nothing Node-only`);
+    t.notMatch(
+      src,
+      /from ['"]node:|require\(|from ['"](fs|crypto|buffer|path|os)['"]|\bBuffer\./,
+      `${f} imports nothing Node-only`,
+    );
   }
   const webhook = readFileSync(fileURLToPath(new URL('../../shared/webhook-signature.js', import.meta.url)), 'utf8');
   t.notMatch(webhook, /from ['"]node:/, 'webhook-signature.js too');

@@ -12,7 +12,10 @@ t.test('codec round trip across arbitrary chunking', async (t) => {
   const evs = [];
   for (let i = 0; i < all.length; i++) evs.push(...d.push(all.subarray(i, i + 1)));
   t.equal(evs.length, 2);
-  t.same(evs.map((e) => (e.kind === 'frame' ? e.frame.header['id'] : null)), [1, 2]);
+  t.same(
+    evs.map((e) => (e.kind === 'frame' ? e.frame.header['id'] : null)),
+    [1, 2],
+  );
   t.same(evs[0]!.kind === 'frame' ? [...evs[0]!.frame.body] : null, [1, 2, 3]);
 });
 
@@ -22,7 +25,11 @@ t.test('garbled and oversized frames are reported, never thrown', async (t) => {
   const arr = Buffer.concat([Buffer.from([0, 0, 0, 2, 0, 0, 0, 0]), Buffer.from('[]')]);
   const d = new FrameDecoder(limits);
   const evs = d.push(Buffer.concat([notJson, arr, encodeFrame({ id: 9 }, null, limits)]));
-  t.same(evs.map((e) => e.kind), ['error', 'error', 'frame'], 'bad JSON is skipped, the stream continues');
+  t.same(
+    evs.map((e) => e.kind),
+    ['error', 'error', 'frame'],
+    'bad JSON is skipped, the stream continues',
+  );
   const big = encodeFrame({ id: 5 }, Buffer.alloc(100), { maxHeaderBytes: 64, maxBodyBytes: 1000 });
   const ev2 = d.push(Buffer.concat([big, encodeFrame({ id: 6 }, null, limits)]));
   t.equal(ev2[0]!.kind, 'error');
@@ -51,8 +58,14 @@ t.test('the runner survives garbage and unknown methods', async (t) => {
   await new Promise((res) => raw.once('close', res));
   const d = new FrameDecoder();
   const hs = d.push(Buffer.concat(got)).map((e) => (e.kind === 'frame' ? e.frame.header : null));
-  t.same(hs.map((h) => h?.['ok']), [false, false, false, false, false]);
-  t.same(hs.map((h) => (h?.['error'] as { code: string }).code), ['invalid', 'invalid', 'invalid', 'invalid', 'invalid']);
+  t.same(
+    hs.map((h) => h?.['ok']),
+    [false, false, false, false, false],
+  );
+  t.same(
+    hs.map((h) => (h?.['error'] as { code: string }).code),
+    ['invalid', 'invalid', 'invalid', 'invalid', 'invalid'],
+  );
   t.notMatch(JSON.stringify(hs), /\n\s+at /, 'no stack traces');
   const hello = await r.client.hello();
   t.equal(hello.protocol_version, 1, 'still serving');

@@ -22,13 +22,17 @@ t.test('capsule lifecycle over the socket', async (t) => {
   const created = await c.create({ capsule_id: 'life-1', memory_mb: 128, env: { GREETING: 'hej' } });
   t.equal(created.capsule_id, 'life-1');
   t.match(created.hostname, /^capsule-[0-9a-f]{12}$/);
-  t.ok(created.host_uid >= r.uidBlock.base && created.host_uid < r.uidBlock.base + r.uidBlock.count, 'uid from the configured range');
+  t.ok(
+    created.host_uid >= r.uidBlock.base && created.host_uid < r.uidBlock.base + r.uidBlock.count,
+    'uid from the configured range',
+  );
   t.match(created.created_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
   t.same(await c.list(), ['life-1']);
 
   const first = await c.exec({
     capsule_id: 'life-1',
-    command: 'id -u; hostname; echo "$GREETING $EXTRA"; cat /data/input/data; echo kept > /tmp/keep; echo out > /data/output/result.txt',
+    command:
+      'id -u; hostname; echo "$GREETING $EXTRA"; cat /data/input/data; echo kept > /tmp/keep; echo out > /data/output/result.txt',
     input_b64: Buffer.from('the-input-bytes').toString('base64'),
     env: { EXTRA: 'x' },
     timeout_ms: 10000,
@@ -42,21 +46,36 @@ t.test('capsule lifecycle over the socket', async (t) => {
 
   // Values reach the sandbox verbatim through the argfile quoting (no shell expansion on the host side).
   const tricky = `it's "q" $(id) \`id\` ;\nnext line \\ end`;
-  const quoted = await c.exec({ capsule_id: 'life-1', command: 'printf %s "$TRICKY"', env: { TRICKY: tricky }, timeout_ms: 10000 });
+  const quoted = await c.exec({
+    capsule_id: 'life-1',
+    command: 'printf %s "$TRICKY"',
+    env: { TRICKY: tricky },
+    timeout_ms: 10000,
+  });
   t.equal(quoted.stdout, tricky);
-  const cmdq = await c.exec({ capsule_id: 'life-1', command: "echo 'single' \"double\" $((1+1))", timeout_ms: 10000 });
+  const cmdq = await c.exec({ capsule_id: 'life-1', command: 'echo \'single\' "double" $((1+1))', timeout_ms: 10000 });
   t.equal(cmdq.stdout, 'single double 2\n');
 
   const second = await c.exec({ capsule_id: 'life-1', command: 'cat /tmp/keep; exit 7', timeout_ms: 10000 });
   t.equal(second.stdout, 'kept\n', 'files persist across execs');
   t.equal(second.exit_code, 7);
 
-  const custom = await c.exec({ capsule_id: 'life-1', command: 'cat /tmp/in.csv', input_b64: Buffer.from('a,b').toString('base64'), input_filename: '/tmp/in.csv', timeout_ms: 10000 });
+  const custom = await c.exec({
+    capsule_id: 'life-1',
+    command: 'cat /tmp/in.csv',
+    input_b64: Buffer.from('a,b').toString('base64'),
+    input_filename: '/tmp/in.csv',
+    timeout_ms: 10000,
+  });
   t.equal(custom.stdout, 'a,b');
 
   const up = await c.upload('life-1', 'data.bin', Buffer.from([0, 1, 2, 255]));
   t.same(up, { filename: 'data.bin', size_bytes: 4, sha512: sha(Buffer.from([0, 1, 2, 255])) });
-  const seen = await c.exec({ capsule_id: 'life-1', command: 'od -An -tu1 /data/input/data.bin | tr -s " "', timeout_ms: 10000 });
+  const seen = await c.exec({
+    capsule_id: 'life-1',
+    command: 'od -An -tu1 /data/input/data.bin | tr -s " "',
+    timeout_ms: 10000,
+  });
   t.equal(seen.stdout.trim(), '0 1 2 255');
 
   const files = await c.listOutput('life-1');
@@ -70,8 +89,14 @@ t.test('capsule lifecycle over the socket', async (t) => {
   await t.rejects(c.create({ capsule_id: 'life-1', memory_mb: 128 }), { code: 'invalid' });
   await t.rejects(c.create({ capsule_id: '../x', memory_mb: 128 }), { code: 'invalid', message: /capsule_id/ });
   await t.rejects(c.create({ capsule_id: 'm', memory_mb: 1 }), { code: 'invalid', message: /memory_mb/ });
-  await t.rejects(c.create({ capsule_id: 'rt', memory_mb: 64, runtime: 'nope' }), { code: 'invalid', message: /runtime/ });
-  await t.rejects(c.exec({ capsule_id: 'life-1', command: 'true', timeout_ms: 0 }), { code: 'invalid', message: /timeout_ms/ });
+  await t.rejects(c.create({ capsule_id: 'rt', memory_mb: 64, runtime: 'nope' }), {
+    code: 'invalid',
+    message: /runtime/,
+  });
+  await t.rejects(c.exec({ capsule_id: 'life-1', command: 'true', timeout_ms: 0 }), {
+    code: 'invalid',
+    message: /timeout_ms/,
+  });
 
   const tmpfsDir = `${r.stateDir}/capsules/life-1`;
   t.ok(existsSync(`${tmpfsDir}/output/result.txt`), 'tmpfs populated before destroy');
@@ -124,7 +149,10 @@ t.test('a capsule whose tmpfs is full still runs its exec bookkeeping and is des
   // Use up every inode with uploads, before any exec has written its argument file.
   let n = 0;
   for (;;) {
-    const e = await c.upload('full', `f${n}`, Buffer.from('x')).then(() => null, (x: unknown) => x);
+    const e = await c.upload('full', `f${n}`, Buffer.from('x')).then(
+      () => null,
+      (x: unknown) => x,
+    );
     if (e) {
       t.equal((e as RunnerError).code, 'no_space', 'uploads stop with no_space');
       break;
@@ -132,7 +160,11 @@ t.test('a capsule whose tmpfs is full still runs its exec bookkeeping and is des
     if (++n > 200) break;
   }
   t.ok(n > 0 && n < 64, `inodes used up by ${n} uploads`);
-  await t.rejects(c.exec({ capsule_id: 'full', command: 'true', timeout_ms: 5000 }), { code: 'no_space' }, 'exec says the tmpfs is full');
+  await t.rejects(
+    c.exec({ capsule_id: 'full', command: 'true', timeout_ms: 5000 }),
+    { code: 'no_space' },
+    'exec says the tmpfs is full',
+  );
   const d = await c.destroy('full');
   const ns = d.evidence[0] as { execs: number; observations: unknown[]; all_required_distinct: boolean };
   t.equal(ns.execs, 0, 'the refused exec is not counted as run');

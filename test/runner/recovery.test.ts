@@ -2,7 +2,17 @@
 // command still running); the next runner on the same state dir wipes and
 // removes them and reports them in hello.lost.
 import t from 'tap';
-import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,15 +20,17 @@ import { randomBytes } from 'node:crypto';
 import { removeStateDir, reserveUidBlock, startRunner } from '../helpers/runner.js';
 
 function liveProcs(uid: number): number[] {
-  return readdirSync('/proc').filter((p) => {
-    if (!/^\d+$/.test(p)) return false;
-    try {
-      const st = readFileSync(`/proc/${p}/stat`, 'utf8');
-      return statSync(`/proc/${p}`).uid === uid && st[st.lastIndexOf(')') + 2] !== 'Z';
-    } catch {
-      return false;
-    }
-  }).map(Number);
+  return readdirSync('/proc')
+    .filter((p) => {
+      if (!/^\d+$/.test(p)) return false;
+      try {
+        const st = readFileSync(`/proc/${p}/stat`, 'utf8');
+        return statSync(`/proc/${p}`).uid === uid && st[st.lastIndexOf(')') + 2] !== 'Z';
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
 }
 
 t.test('recovery after SIGKILL of the runner', async (t) => {
@@ -40,11 +52,29 @@ t.test('recovery after SIGKILL of the runner', async (t) => {
     proxy.close();
     rmSync(proxyDir, { recursive: true, force: true });
   });
-  await c.create({ capsule_id: 'lost-e', memory_mb: 64, egress: { proxy_socket: join(proxyDir, 'p.sock'), ca_pem: '-----BEGIN CERTIFICATE-----\nQQ==\n-----END CERTIFICATE-----' } });
-  const netns = (JSON.parse(readFileSync(join(stateDir, 'capsules/lost-e.json'), 'utf8')) as { egress: { netns: string } }).egress.netns;
+  await c.create({
+    capsule_id: 'lost-e',
+    memory_mb: 64,
+    egress: {
+      proxy_socket: join(proxyDir, 'p.sock'),
+      ca_pem: '-----BEGIN CERTIFICATE-----\nQQ==\n-----END CERTIFICATE-----',
+    },
+  });
+  const netns = (
+    JSON.parse(readFileSync(join(stateDir, 'capsules/lost-e.json'), 'utf8')) as { egress: { netns: string } }
+  ).egress.netns;
   t.ok(existsSync(`/run/netns/${netns}`), 'egress namespace exists');
   const marker = `LOST${randomBytes(8).toString('hex')}`;
-  t.equal((await c.exec({ capsule_id: 'lost-a', command: `yes ${marker} | head -c 100000 > /data/output/m`, timeout_ms: 10000 })).exit_code, 0);
+  t.equal(
+    (
+      await c.exec({
+        capsule_id: 'lost-a',
+        command: `yes ${marker} | head -c 100000 > /data/output/m`,
+        timeout_ms: 10000,
+      })
+    ).exit_code,
+    0,
+  );
   const running = c.exec({ capsule_id: 'lost-a', command: 'sleep 600', timeout_ms: 600000 }).catch((e: unknown) => e);
   await new Promise((r) => setTimeout(r, 300));
   t.ok(liveProcs(a.host_uid).length > 0, 'a command is running');
@@ -74,5 +104,10 @@ t.test('recovery after SIGKILL of the runner', async (t) => {
   t.equal(buf.indexOf(marker), -1, 'the bytes were wiped before unmount');
   // the uid range is usable again
   const again = await second.client.create({ capsule_id: 'lost-a', memory_mb: 64 });
-  t.equal((await second.client.exec({ capsule_id: again.capsule_id, command: 'ls /data/output | wc -l', timeout_ms: 5000 })).stdout, '0\n', 'a fresh capsule of the same id starts empty');
+  t.equal(
+    (await second.client.exec({ capsule_id: again.capsule_id, command: 'ls /data/output | wc -l', timeout_ms: 5000 }))
+      .stdout,
+    '0\n',
+    'a fresh capsule of the same id starts empty',
+  );
 });

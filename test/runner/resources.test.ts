@@ -31,13 +31,19 @@ function liveNow(uid: number): number[] {
 }
 
 t.test('resource attacks and exec semantics', async (t) => {
-  const r = await startRunner({ options: { tmpfs_mb: '16', tmpfs_inodes: '512', max_output_bytes: '4096', kill_grace_ms: '300', pids_max: '64' } });
+  const r = await startRunner({
+    options: { tmpfs_mb: '16', tmpfs_inodes: '512', max_output_bytes: '4096', kill_grace_ms: '300', pids_max: '64' },
+  });
   t.teardown(() => r.stop());
   const c = r.client;
   const cap = await c.create({ capsule_id: 'res', memory_mb: 256 });
 
   await t.test('fork bomb is stopped by pids.max and the host is fine', async (t) => {
-    const res = await c.exec({ capsule_id: 'res', command: 'bomb() { bomb | bomb & }; bomb; sleep 2', timeout_ms: 4000 });
+    const res = await c.exec({
+      capsule_id: 'res',
+      command: 'bomb() { bomb | bomb & }; bomb; sleep 2',
+      timeout_ms: 4000,
+    });
     t.ok(res.exit_code !== undefined);
     t.same(await liveProcs(cap.host_uid), [], 'no process survives the exec');
     const py = await c.exec({
@@ -64,7 +70,11 @@ except OSError as e:
 
   await t.test('memory bomb is OOM-killed and reported', async (t) => {
     const mem = await c.create({ capsule_id: 'mem', memory_mb: 64 });
-    const res = await c.exec({ capsule_id: 'mem', command: 'python3 -c "a = []\nwhile True: a.append(bytearray(8 << 20))"', timeout_ms: 20000 });
+    const res = await c.exec({
+      capsule_id: 'mem',
+      command: 'python3 -c "a = []\nwhile True: a.append(bytearray(8 << 20))"',
+      timeout_ms: 20000,
+    });
     t.equal(res.oom_killed, true, 'oom_killed reported');
     t.equal(res.exit_code, 137);
     t.equal(res.timed_out, false);
@@ -76,14 +86,27 @@ except OSError as e:
   });
 
   await t.test('filling the tmpfs gives ENOSPC', async (t) => {
-    const res = await c.exec({ capsule_id: 'res', command: 'dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; echo rc=$?', timeout_ms: 20000 });
+    const res = await c.exec({
+      capsule_id: 'res',
+      command: 'dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; echo rc=$?',
+      timeout_ms: 20000,
+    });
     t.match(res.stdout, /No space left on device/);
     t.match(res.stdout, /rc=1/);
     await t.rejects(c.upload('res', 'more.bin', Buffer.alloc(1024 * 1024)), { code: 'no_space' });
-    const list = await c.exec({ capsule_id: 'res', command: 'ls /data/input; rm /tmp/fill; echo done', timeout_ms: 5000 });
+    const list = await c.exec({
+      capsule_id: 'res',
+      command: 'ls /data/input; rm /tmp/fill; echo done',
+      timeout_ms: 5000,
+    });
     t.notMatch(list.stdout, /more\.bin/, 'no half-written upload left');
     t.match(list.stdout, /done/);
-    const files = await c.exec({ capsule_id: 'res', command: 'mkdir /tmp/many; i=0; while [ $i -lt 2000 ]; do echo > /tmp/many/$i || break; i=$((i+1)); done; echo made=$i; rm -rf /tmp/many', timeout_ms: 20000 });
+    const files = await c.exec({
+      capsule_id: 'res',
+      command:
+        'mkdir /tmp/many; i=0; while [ $i -lt 2000 ]; do echo > /tmp/many/$i || break; i=$((i+1)); done; echo made=$i; rm -rf /tmp/many',
+      timeout_ms: 20000,
+    });
     const made = Number(/made=(\d+)/.exec(files.stdout)?.[1]);
     t.ok(made > 0 && made < 512, `inode bound stops file creation (${made})`);
     t.match(files.stderr, /No space left on device/);
@@ -103,7 +126,11 @@ except OSError as e:
   });
 
   await t.test('no process of an exec outlives it', async (t) => {
-    const res = await c.exec({ capsule_id: 'res', command: '(sleep 300 &) ; nohup sleep 300 >/dev/null 2>&1 & setsid sleep 300 >/dev/null 2>&1 & echo started', timeout_ms: 5000 });
+    const res = await c.exec({
+      capsule_id: 'res',
+      command: '(sleep 300 &) ; nohup sleep 300 >/dev/null 2>&1 & setsid sleep 300 >/dev/null 2>&1 & echo started',
+      timeout_ms: 5000,
+    });
     t.equal(res.stdout, 'started\n');
     t.same(await liveProcs(cap.host_uid), [], 'background processes were killed');
     const ps = await c.exec({ capsule_id: 'res', command: 'ls /proc | grep -cE "^[0-9]+$"', timeout_ms: 5000 });
@@ -111,7 +138,11 @@ except OSError as e:
   });
 
   await t.test('stdout and stderr are bounded and say so', async (t) => {
-    const res = await c.exec({ capsule_id: 'res', command: 'head -c 100000 /dev/zero | tr "\\0" a; head -c 5000 /dev/zero | tr "\\0" b >&2; echo tail', timeout_ms: 5000 });
+    const res = await c.exec({
+      capsule_id: 'res',
+      command: 'head -c 100000 /dev/zero | tr "\\0" a; head -c 5000 /dev/zero | tr "\\0" b >&2; echo tail',
+      timeout_ms: 5000,
+    });
     t.equal(res.stdout.length, 4096);
     t.equal(res.stdout_truncated, true);
     t.equal(res.stderr.length, 4096);

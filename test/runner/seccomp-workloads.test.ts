@@ -12,7 +12,11 @@ t.test('the workload corpus runs under the allowlist', async (t) => {
   const r = await startRunner();
   t.teardown(() => r.stop());
   await r.client.create({ capsule_id: 'plain', memory_mb: 256 });
-  await r.client.create({ capsule_id: 'egress', memory_mb: 256, egress: { proxy_socket: fx.proxySocket, ca_pem: fx.caPem } });
+  await r.client.create({
+    capsule_id: 'egress',
+    memory_mb: 256,
+    egress: { proxy_socket: fx.proxySocket, ca_pem: fx.caPem },
+  });
   const results = await runCorpus(r.client, { plain: 'plain', egress: 'egress' }, fx.httpsPort);
   t.equal(results.length, 6);
   for (const res of results) t.ok(res.ok, `${res.name}${res.detail ? `: ${res.detail}` : ''}`);

@@ -10,10 +10,20 @@ import { RUNNER_MAIN } from '../helpers/runner.js';
 const dir = mkdtempSync(join(tmpdir(), 'capsule-startup-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
 
-function start(args: string[], opts: { path?: string; asUid?: number } = {}): { status: number | null; stderr: string } {
+function start(
+  args: string[],
+  opts: { path?: string; asUid?: number } = {},
+): { status: number | null; stderr: string } {
   const base = [process.execPath, RUNNER_MAIN, `--state_dir=${dir}/s`, ...args];
-  const cmd = opts.asUid !== undefined ? ['setpriv', `--reuid=${opts.asUid}`, `--regid=${opts.asUid}`, '--clear-groups', ...base] : base;
-  const r = spawnSync(cmd[0]!, cmd.slice(1), { encoding: 'utf8', env: { PATH: opts.path ?? process.env['PATH'] ?? '/usr/bin:/bin' }, timeout: 20000 });
+  const cmd =
+    opts.asUid !== undefined
+      ? ['setpriv', `--reuid=${opts.asUid}`, `--regid=${opts.asUid}`, '--clear-groups', ...base]
+      : base;
+  const r = spawnSync(cmd[0]!, cmd.slice(1), {
+    encoding: 'utf8',
+    env: { PATH: opts.path ?? process.env['PATH'] ?? '/usr/bin:/bin' },
+    timeout: 20000,
+  });
   return { status: r.status, stderr: r.stderr };
 }
 

@@ -3,7 +3,17 @@
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { wipeTree } from '../../sandbox-runner/wipe.js';
@@ -43,7 +53,12 @@ t.test('wipeTree overwrites every byte of a real tmpfs and never follows links',
   });
   writeFileSync(join(host, 'target'), 'HOST-BYTES');
   const marker = Buffer.from(`MARK-${randomBytes(8).toString('hex')}-`);
-  const sizes: [string, number][] = [['a/empty', 0], ['a/one', 1], ['b/c/mid', MiB + 3], ['big', 3 * MiB]];
+  const sizes: [string, number][] = [
+    ['a/empty', 0],
+    ['a/one', 1],
+    ['b/c/mid', MiB + 3],
+    ['big', 3 * MiB],
+  ];
   mkdirSync(join(root, 'a'));
   mkdirSync(join(root, 'b/c'), { recursive: true });
   const fds: [number, number][] = [];
@@ -64,11 +79,21 @@ t.test('wipeTree overwrites every byte of a real tmpfs and never follows links',
   t.same(out.errors, []);
   t.equal(out.skipped_non_regular, 2, 'symlink and FIFO skipped');
   // leaves in path order: a/empty (none), a/one (1), b/c/mid (1 MiB, 3), big (3 x 1 MiB)
-  const expected = mth([Buffer.alloc(1), Buffer.alloc(MiB), Buffer.alloc(3), Buffer.alloc(MiB), Buffer.alloc(MiB), Buffer.alloc(MiB)]);
+  const expected = mth([
+    Buffer.alloc(1),
+    Buffer.alloc(MiB),
+    Buffer.alloc(3),
+    Buffer.alloc(MiB),
+    Buffer.alloc(MiB),
+    Buffer.alloc(MiB),
+  ]);
   t.equal(out.report.zero_state_root, `sha512:${expected.toString('hex')}`, 'root recomputed independently');
   for (const [fd, size] of fds) {
     const bytes = readAll(fd, size);
-    t.ok(bytes.every((b) => b === 0), `all ${size} bytes read back zero through the held fd`);
+    t.ok(
+      bytes.every((b) => b === 0),
+      `all ${size} bytes read back zero through the held fd`,
+    );
     t.equal(bytes.indexOf(marker.subarray(0, 8)), -1);
     closeSync(fd);
   }
@@ -81,7 +106,11 @@ t.test('destroy leaves no marker in the pages the capsule used', async (t) => {
   const c = r.client;
   await c.create({ capsule_id: 'wipe', memory_mb: 128 });
   const marker = `SECRET${randomBytes(10).toString('hex')}`;
-  const res = await c.exec({ capsule_id: 'wipe', command: `yes ${marker} | head -c 4194304 > /data/output/m.txt; cp /data/output/m.txt /tmp/copy; echo ${marker} > /data/input/note`, timeout_ms: 20000 });
+  const res = await c.exec({
+    capsule_id: 'wipe',
+    command: `yes ${marker} | head -c 4194304 > /data/output/m.txt; cp /data/output/m.txt /tmp/copy; echo ${marker} > /data/input/note`,
+    timeout_ms: 20000,
+  });
   t.equal(res.exit_code, 0);
   const dir = `${r.stateDir}/capsules/wipe`;
   const held = ['output/m.txt', 'tmp/copy', 'input/note'].map((p) => openSync(join(dir, p), 'r'));
@@ -91,13 +120,20 @@ t.test('destroy leaves no marker in the pages the capsule used', async (t) => {
   t.equal(d.wipe.readback_verified, true);
   t.ok(d.wipe.bytes_overwritten >= 8 * MiB);
   t.equal((d.evidence[7] as Record<string, unknown>)['tmpfs_unmounted'], true, 'unmounted (lazily: we held fds)');
-  t.equal((d.evidence[7] as Record<string, unknown>)['tmpfs_detached_lazily'], true, 'evidence says the unmount was only a lazy detach');
+  t.equal(
+    (d.evidence[7] as Record<string, unknown>)['tmpfs_detached_lazily'],
+    true,
+    'evidence says the unmount was only a lazy detach',
+  );
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8');
   t.notOk(mounts.includes(dir), 'gone from the mount table');
   for (const fd of held) {
     const after = readAll(fd, 4 * MiB);
     t.equal(after.indexOf(marker), -1, 'marker not found in the wiped pages');
-    t.ok(after.every((b) => b === 0), 'pages hold zeros');
+    t.ok(
+      after.every((b) => b === 0),
+      'pages hold zeros',
+    );
     closeSync(fd);
   }
 });

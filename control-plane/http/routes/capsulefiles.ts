@@ -19,7 +19,13 @@ export function capsulefileRoutes(d: AppDeps): Router {
     const c = await s.create(caller(ctx), await json(ctx));
     ctx.status = 201;
     ctx.set('Location', `/v1/capsulefiles/${c.id}`);
-    ctx.body = { id: c.id, status: c.status, name: c.definition.name, content_hash: c.content_hash, created_at: c.created_at };
+    ctx.body = {
+      id: c.id,
+      status: c.status,
+      name: c.definition.name,
+      content_hash: c.content_hash,
+      created_at: c.created_at,
+    };
   });
 
   r.get('/v1/capsulefiles', a, async (ctx: Ctx) => {
@@ -49,7 +55,8 @@ export function capsulefileRoutes(d: AppDeps): Router {
       bytes = await readRaw(ctx, limits.FILE_MAX_BYTES);
     } catch (e) {
       // A Capsulefile file over its fixed bound is bad input (400, docs/CAPSULEFILE.md), not a tier limit.
-      if (e instanceof ApiError && e.code === 'payload_too_large') throw invalid('body', `file is larger than ${limits.FILE_MAX_BYTES} bytes`);
+      if (e instanceof ApiError && e.code === 'payload_too_large')
+        throw invalid('body', `file is larger than ${limits.FILE_MAX_BYTES} bytes`);
       throw e;
     }
     const entry = await s.addFile(caller(ctx), id, filename, bytes);
@@ -58,7 +65,14 @@ export function capsulefileRoutes(d: AppDeps): Router {
 
   r.post('/v1/capsulefiles/:id/finalize', a, idempotent(d), async (ctx: Ctx) => {
     const c = await s.finalize(caller(ctx), ctx.params.id ?? '');
-    ctx.body = { id: c.id, status: c.status, content_hash: c.content_hash, size_bytes: c.size_bytes, file_count: c.file_count, finalized_at: c.finalized_at };
+    ctx.body = {
+      id: c.id,
+      status: c.status,
+      content_hash: c.content_hash,
+      size_bytes: c.size_bytes,
+      file_count: c.file_count,
+      finalized_at: c.finalized_at,
+    };
   });
 
   r.delete('/v1/capsulefiles/:id', a, async (ctx: Ctx) => {

@@ -21,9 +21,12 @@ export function capsuleRoutes(d: AppDeps): Router {
       throw invalid('max_lifetime_seconds', 'must equal ttl when both are given');
     }
     const c = await s.capsules.create(caller(ctx), {
-      ttl: body.ttl ?? body.max_lifetime_seconds, data_classification: body.data_classification,
-      capsulefile_id: body.capsulefile_id, egress_profile_id: body.egress_profile_id,
-      metadata: validateMetadata(body.metadata), form: 'capsule',
+      ttl: body.ttl ?? body.max_lifetime_seconds,
+      data_classification: body.data_classification,
+      capsulefile_id: body.capsulefile_id,
+      egress_profile_id: body.egress_profile_id,
+      metadata: validateMetadata(body.metadata),
+      form: 'capsule',
     });
     ctx.status = 201;
     ctx.set('Location', `/v1/capsules/${c.id}`);
@@ -45,7 +48,7 @@ export function capsuleRoutes(d: AppDeps): Router {
     // Ownership (404) before the body (400); exec() checks liveness again after the body is read.
     const c = await s.capsules.owned(caller(ctx), id);
     const parsed = parseBody(execSchema, await json(ctx));
-    const body = { ...parsed, command: parsed.command ?? await s.capsules.entrypointFor(c) };
+    const body = { ...parsed, command: parsed.command ?? (await s.capsules.entrypointFor(c)) };
     checkExecSizes(body);
     ctx.body = execView(id, await s.capsules.exec(caller(ctx), id, body));
   });

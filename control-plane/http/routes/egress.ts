@@ -7,10 +7,24 @@ import { paging } from '../paging.js';
 
 const CURSOR_RE = /^[0-9TZ:.-]{20,40}\|eg[pr]_[0-9a-f]{1,64}$/;
 
-const profileView = (p: EgressProfile): Record<string, unknown> => ({ id: p.id, name: p.name, description: p.description, created_at: p.created_at });
-const ruleView = (r: EgressRule): Record<string, unknown> => ({ id: r.id, kind: r.kind, value: r.value, port: r.port, profile_id: r.profile_id, created_at: r.created_at });
-const detailView = (p: EgressProfile, rules: EgressRule[]): Record<string, unknown> =>
-  ({ ...profileView(p), rules: rules.map((r) => ({ id: r.id, kind: r.kind, value: r.value, port: r.port })) });
+const profileView = (p: EgressProfile): Record<string, unknown> => ({
+  id: p.id,
+  name: p.name,
+  description: p.description,
+  created_at: p.created_at,
+});
+const ruleView = (r: EgressRule): Record<string, unknown> => ({
+  id: r.id,
+  kind: r.kind,
+  value: r.value,
+  port: r.port,
+  profile_id: r.profile_id,
+  created_at: r.created_at,
+});
+const detailView = (p: EgressProfile, rules: EgressRule[]): Record<string, unknown> => ({
+  ...profileView(p),
+  rules: rules.map((r) => ({ id: r.id, kind: r.kind, value: r.value, port: r.port })),
+});
 
 const body = async (ctx: Ctx): Promise<Record<string, unknown>> => (await json(ctx)) as Record<string, unknown>;
 

@@ -12,8 +12,15 @@ export const PUBLIC_LIMITS = { signup: 10, verify: 60, contact: 5, cdpVerify: 30
 async function within<T>(p: Promise<T>, ms: number): Promise<T> {
   let t: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([p, new Promise<T>((_, rej) => { t = setTimeout(() => rej(new Error('timeout')), ms); })]);
-  } finally { clearTimeout(t); }
+    return await Promise.race([
+      p,
+      new Promise<T>((_, rej) => {
+        t = setTimeout(() => rej(new Error('timeout')), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(t);
+  }
 }
 
 export function publicRoutes(d: AppDeps): Router {
@@ -54,10 +61,16 @@ export function publicRoutes(d: AppDeps): Router {
 
   r.get('/v1/health/ready', async (ctx: Ctx) => {
     const checks = { database: 'ok', runner: 'ok' };
-    await within(d.store.ping(), 2000).catch(() => { checks.database = 'unavailable'; });
-    await within(d.runner.list(), 2000).catch(() => { checks.runner = 'unavailable'; });
+    await within(d.store.ping(), 2000).catch(() => {
+      checks.database = 'unavailable';
+    });
+    await within(d.runner.list(), 2000).catch(() => {
+      checks.runner = 'unavailable';
+    });
     if (checks.database !== 'ok' || checks.runner !== 'ok') {
-      throw new ApiError('service_unavailable', `not ready: database ${checks.database}, runner ${checks.runner}`, { extra: { retry_after: 5 } });
+      throw new ApiError('service_unavailable', `not ready: database ${checks.database}, runner ${checks.runner}`, {
+        extra: { retry_after: 5 },
+      });
     }
     ctx.body = { status: 'ready', checks, timestamp: d.clock.nowIso() };
   });

@@ -16,9 +16,20 @@ export function sessionRoutes(d: AppDeps): Router {
 
   r.post('/v1/sessions', a, async (ctx: Ctx) => {
     const b = parseBody(createSessionSchema, await json(ctx));
-    const c = await s.capsules.create(caller(ctx), { ttl: b.ttl, data_classification: b.data_classification, metadata: {}, form: 'session' });
+    const c = await s.capsules.create(caller(ctx), {
+      ttl: b.ttl,
+      data_classification: b.data_classification,
+      metadata: {},
+      form: 'session',
+    });
     ctx.status = 201;
-    ctx.body = { session_id: c.id, status: c.status, ttl_seconds: c.ttl_seconds, created_at: c.created_at, expires_at: c.expires_at };
+    ctx.body = {
+      session_id: c.id,
+      status: c.status,
+      ttl_seconds: c.ttl_seconds,
+      created_at: c.created_at,
+      expires_at: c.expires_at,
+    };
   });
 
   r.post('/v1/sessions/:id/exec', a, async (ctx: Ctx) => {
@@ -27,7 +38,14 @@ export function sessionRoutes(d: AppDeps): Router {
     const b = parseBody(sessionExecSchema, await json(ctx));
     checkExecSizes(b);
     const res = await s.capsules.exec(caller(ctx), id, { ...b, input_filename: SESSION_INPUT }, 'session');
-    ctx.body = { session_id: id, output: res.stdout, stderr: res.stderr, exit_code: res.exit_code, timed_out: res.timed_out, duration_ms: res.duration_ms };
+    ctx.body = {
+      session_id: id,
+      output: res.stdout,
+      stderr: res.stderr,
+      exit_code: res.exit_code,
+      timed_out: res.timed_out,
+      duration_ms: res.duration_ms,
+    };
   });
 
   r.delete('/v1/sessions/:id', a, async (ctx: Ctx) => {
@@ -36,7 +54,13 @@ export function sessionRoutes(d: AppDeps): Router {
     const res = await s.destruction.destroy(c, 'customer_request');
     const legacy = emitLegacySessionProof(c.id, String(res.destroyed_at), d.random, d.clock.nowIso());
     await d.store.insertKey(legacy.key);
-    ctx.body = { session_id: c.id, status: 'destroyed', destroyed_at: res.destroyed_at, cdp: legacy.doc, proof_url: `/v1/proofs/${c.id}` };
+    ctx.body = {
+      session_id: c.id,
+      status: 'destroyed',
+      destroyed_at: res.destroyed_at,
+      cdp: legacy.doc,
+      proof_url: `/v1/proofs/${c.id}`,
+    };
   });
 
   return r;

@@ -5,34 +5,69 @@ import type { ExecResult, FileEntry } from '../../../shared/runner-protocol.js';
 
 export function capsuleCreated(c: Capsule): Record<string, unknown> {
   return {
-    id: c.id, status: c.status, ttl_seconds: c.ttl_seconds, created_at: c.created_at, expires_at: c.expires_at,
-    capsulefile_id: c.capsulefile_id, data_classification: c.data_classification, metadata: c.metadata,
+    id: c.id,
+    status: c.status,
+    ttl_seconds: c.ttl_seconds,
+    created_at: c.created_at,
+    expires_at: c.expires_at,
+    capsulefile_id: c.capsulefile_id,
+    data_classification: c.data_classification,
+    metadata: c.metadata,
   };
 }
 
 export function capsuleStatus(c: Capsule): Record<string, unknown> {
   return {
-    id: c.id, status: c.status, ttl_seconds: c.ttl_seconds, created_at: c.created_at, expires_at: c.expires_at,
-    execution_count: c.execution_count, bytes_processed: c.bytes_processed, metadata: c.metadata,
-    data_classification: c.data_classification, capsulefile_id: c.capsulefile_id,
+    id: c.id,
+    status: c.status,
+    ttl_seconds: c.ttl_seconds,
+    created_at: c.created_at,
+    expires_at: c.expires_at,
+    execution_count: c.execution_count,
+    bytes_processed: c.bytes_processed,
+    metadata: c.metadata,
+    data_classification: c.data_classification,
+    capsulefile_id: c.capsulefile_id,
     ...(c.destroyed_at ? { destroyed_at: c.destroyed_at } : {}),
   };
 }
 
 export function execView(capsuleId: string, r: ExecResult): Record<string, unknown> {
   return {
-    capsule_id: capsuleId, stdout: r.stdout, stderr: r.stderr, exit_code: r.exit_code, duration_ms: r.duration_ms,
-    executed_at: r.executed_at, timed_out: r.timed_out, oom_killed: r.oom_killed,
-    stdout_truncated: r.stdout_truncated, stderr_truncated: r.stderr_truncated,
+    capsule_id: capsuleId,
+    stdout: r.stdout,
+    stderr: r.stderr,
+    exit_code: r.exit_code,
+    duration_ms: r.duration_ms,
+    executed_at: r.executed_at,
+    timed_out: r.timed_out,
+    oom_killed: r.oom_killed,
+    stdout_truncated: r.stdout_truncated,
+    stderr_truncated: r.stderr_truncated,
   };
 }
 
-export const fileView = (f: FileEntry): Record<string, unknown> => ({ filename: f.filename, size_bytes: f.size_bytes, sha512: f.sha512 });
+export const fileView = (f: FileEntry): Record<string, unknown> => ({
+  filename: f.filename,
+  size_bytes: f.size_bytes,
+  sha512: f.sha512,
+});
 
 const TYPES: Record<string, string> = {
-  json: 'application/json', jsonl: 'application/x-ndjson', csv: 'text/csv', txt: 'text/plain', md: 'text/markdown',
-  html: 'text/html', xml: 'application/xml', pdf: 'application/pdf', png: 'image/png', jpg: 'image/jpeg',
-  jpeg: 'image/jpeg', gz: 'application/gzip', zip: 'application/zip', parquet: 'application/vnd.apache.parquet',
+  json: 'application/json',
+  jsonl: 'application/x-ndjson',
+  csv: 'text/csv',
+  txt: 'text/plain',
+  md: 'text/markdown',
+  html: 'text/html',
+  xml: 'application/xml',
+  pdf: 'application/pdf',
+  png: 'image/png',
+  jpg: 'image/jpeg',
+  jpeg: 'image/jpeg',
+  gz: 'application/gzip',
+  zip: 'application/zip',
+  parquet: 'application/vnd.apache.parquet',
 };
 /** Content-Type from the file extension (SPEC: output download). */
 export function contentTypeFor(filename: string): string {
@@ -50,8 +85,15 @@ export function capsulefileDetail(c: Capsulefile, files: readonly CapsulefileFil
   const fields: Record<string, unknown> = {};
   for (const f of DEFINITION_FIELDS) fields[f] = c.definition[f] ?? null;
   return {
-    id: c.id, status: c.status, is_system: c.is_system, ...fields,
+    id: c.id,
+    status: c.status,
+    is_system: c.is_system,
+    ...fields,
     files: files.map((f) => ({ filename: f.filename, size_bytes: f.size_bytes, sha512: f.sha512 })),
-    content_hash: c.content_hash, size_bytes: c.size_bytes, file_count: c.file_count, finalized_at: c.finalized_at, created_at: c.created_at,
+    content_hash: c.content_hash,
+    size_bytes: c.size_bytes,
+    file_count: c.file_count,
+    finalized_at: c.finalized_at,
+    created_at: c.created_at,
   };
 }

@@ -1,8 +1,15 @@
 // Seccomp corpus: what customers run with node. Prints one line per check
 // and NODE-OK at the end; any failure exits non-zero.
 'use strict';
-const fs = require('fs'), os = require('os'), path = require('path'), crypto = require('crypto');
-const cp = require('child_process'), { Worker } = require('worker_threads'), http = require('http'), zlib = require('zlib');
+/* eslint-disable no-redeclare -- node\'s crypto module shadows the Web Crypto global on purpose */
+const fs = require('fs'),
+  os = require('os'),
+  path = require('path'),
+  crypto = require('crypto');
+const cp = require('child_process'),
+  { Worker } = require('worker_threads'),
+  http = require('http'),
+  zlib = require('zlib');
 
 async function main() {
   const d = fs.mkdtempSync(path.join(os.tmpdir(), 'corpus-'));
@@ -12,12 +19,23 @@ async function main() {
   await fs.promises.rename(path.join(d, 'c.txt'), path.join(d, 'e.txt'));
   fs.mkdirSync(path.join(d, 'sub/deep'), { recursive: true });
   fs.symlinkSync('b.txt', path.join(d, 'ln'));
-  console.log('fs', fs.readFileSync(path.join(d, 'ln'), 'utf8'), await fs.promises.readFile(path.join(d, 'e.txt'), 'utf8'), fs.readdirSync(d).sort().join(','), fs.statSync(path.join(d, 'b.txt')).size);
+  console.log(
+    'fs',
+    fs.readFileSync(path.join(d, 'ln'), 'utf8'),
+    await fs.promises.readFile(path.join(d, 'e.txt'), 'utf8'),
+    fs.readdirSync(d).sort().join(','),
+    fs.statSync(path.join(d, 'b.txt')).size,
+  );
   fs.chmodSync(path.join(d, 'b.txt'), 0o700);
   fs.linkSync(path.join(d, 'b.txt'), path.join(d, 'hard'));
   fs.copyFileSync(path.join(d, 'hard'), path.join(d, 'copy'));
   fs.truncateSync(path.join(d, 'copy'), 1);
-  console.log('chmod-link-copy', (fs.statSync(path.join(d, 'hard')).mode & 0o777).toString(8), fs.readlinkSync(path.join(d, 'ln')), fs.readFileSync(path.join(d, 'copy'), 'utf8'));
+  console.log(
+    'chmod-link-copy',
+    (fs.statSync(path.join(d, 'hard')).mode & 0o777).toString(8),
+    fs.readlinkSync(path.join(d, 'ln')),
+    fs.readFileSync(path.join(d, 'copy'), 'utf8'),
+  );
   fs.rmSync(d, { recursive: true });
   console.log('fs-rm', fs.existsSync(d));
   const fd = fs.openSync(path.join(os.tmpdir(), `fsync-${process.pid}`), 'w');
@@ -28,9 +46,16 @@ async function main() {
   fs.unlinkSync(path.join(os.tmpdir(), `fsync-${process.pid}`));
   console.log('process', process.pid > 1, process.cpuUsage().user > 0, os.availableParallelism() >= 1);
 
-  console.log('crypto', crypto.createHash('sha256').update('abc').digest('hex').slice(0, 16), crypto.randomBytes(16).length);
+  console.log(
+    'crypto',
+    crypto.createHash('sha256').update('abc').digest('hex').slice(0, 16),
+    crypto.randomBytes(16).length,
+  );
   const { privateKey, publicKey } = crypto.generateKeyPairSync('ed25519');
-  console.log('sign', crypto.verify(null, Buffer.from('m'), publicKey, crypto.sign(null, Buffer.from('m'), privateKey)));
+  console.log(
+    'sign',
+    crypto.verify(null, Buffer.from('m'), publicKey, crypto.sign(null, Buffer.from('m'), privateKey)),
+  );
   const key = await new Promise((res, rej) => crypto.scrypt('pw', 'salt', 16, (e, k) => (e ? rej(e) : res(k))));
   console.log('scrypt', key.length);
 
@@ -46,7 +71,9 @@ async function main() {
   console.log('spawn', spawned);
 
   const fromWorker = await new Promise((res, rej) => {
-    const w = new Worker('const { parentPort } = require("worker_threads"); parentPort.postMessage(21 * 2);', { eval: true });
+    const w = new Worker('const { parentPort } = require("worker_threads"); parentPort.postMessage(21 * 2);', {
+      eval: true,
+    });
     w.once('message', res);
     w.once('error', rej);
   });
@@ -55,11 +82,13 @@ async function main() {
   const srv = http.createServer((req, res) => res.end(`hi ${req.method} ${req.url}`));
   await new Promise((r) => srv.listen(0, '127.0.0.1', r));
   const body = await new Promise((res, rej) => {
-    http.get({ host: '127.0.0.1', port: srv.address().port, path: '/x' }, (r) => {
-      let b = '';
-      r.on('data', (c) => (b += c));
-      r.on('end', () => res(`${r.statusCode} ${b}`));
-    }).on('error', rej);
+    http
+      .get({ host: '127.0.0.1', port: srv.address().port, path: '/x' }, (r) => {
+        let b = '';
+        r.on('data', (c) => (b += c));
+        r.on('end', () => res(`${r.statusCode} ${b}`));
+      })
+      .on('error', rej);
   });
   srv.close();
   console.log('http', body);
@@ -69,4 +98,7 @@ async function main() {
   console.log('zlib', back.length, gz.length < 100);
   console.log('NODE-OK');
 }
-main().catch((e) => { console.error(e); process.exit(1); });
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -9,7 +9,8 @@ import { fileURLToPath } from 'node:url';
 import type { RunnerPort } from '../../../shared/runner-protocol.js';
 import { makePki, tempDir } from '../../egress/fixtures.js';
 
-const SRC = (f: string): string => readFileSync(fileURLToPath(new URL(`../../../../test/runner/workloads/${f}`, import.meta.url)), 'utf8');
+const SRC = (f: string): string =>
+  readFileSync(fileURLToPath(new URL(`../../../../test/runner/workloads/${f}`, import.meta.url)), 'utf8');
 
 export interface Workload {
   name: string;
@@ -93,12 +94,19 @@ function egressWorkloads(port: number): Workload[] {
   return [
     { name: 'curl https via relay', capsule: 'egress', command: `curl -sS -m 20 ${url}`, expect: 'HELLO-TLS /hello' },
     {
-      name: 'python https via relay', capsule: 'egress', command: 'python3 /tmp/e.py', input_filename: '/tmp/e.py',
-      input: `import urllib.request\nprint(urllib.request.urlopen("${url}", timeout=20).read().decode())\n`, expect: 'HELLO-TLS /hello\n',
+      name: 'python https via relay',
+      capsule: 'egress',
+      command: 'python3 /tmp/e.py',
+      input_filename: '/tmp/e.py',
+      input: `import urllib.request\nprint(urllib.request.urlopen("${url}", timeout=20).read().decode())\n`,
+      expect: 'HELLO-TLS /hello\n',
     },
     {
       // Node 20 in the image has no env-proxy support: CONNECT by hand, CA via NODE_EXTRA_CA_CERTS.
-      name: 'node https via relay', capsule: 'egress', command: 'node /tmp/e.cjs', input_filename: '/tmp/e.cjs',
+      name: 'node https via relay',
+      capsule: 'egress',
+      command: 'node /tmp/e.cjs',
+      input_filename: '/tmp/e.cjs',
       input: `const http = require('http'), tls = require('tls');
 const c = http.request({ host: '127.0.0.1', port: 3128, method: 'CONNECT', path: 'api.test:${port}' });
 c.on('connect', (res, sock) => {
@@ -117,17 +125,46 @@ c.end();
 
 export function corpus(httpsPort: number): Workload[] {
   return [
-    { name: 'sh + coreutils', capsule: 'plain', command: 'sh /tmp/corpus.sh', input_filename: '/tmp/corpus.sh', input: SRC('corpus.sh'), expect: SH_EXPECT, expectStderr: /^(Terminated\n)?$/ },
-    { name: 'python3', capsule: 'plain', command: 'cd /tmp && python3 /tmp/corpus.py', input_filename: '/tmp/corpus.py', input: SRC('corpus.py'), expect: PY_EXPECT },
-    { name: 'node', capsule: 'plain', command: 'node /tmp/corpus.cjs', input_filename: '/tmp/corpus.cjs', input: SRC('corpus.cjs'), expect: NODE_EXPECT },
+    {
+      name: 'sh + coreutils',
+      capsule: 'plain',
+      command: 'sh /tmp/corpus.sh',
+      input_filename: '/tmp/corpus.sh',
+      input: SRC('corpus.sh'),
+      expect: SH_EXPECT,
+      expectStderr: /^(Terminated\n)?$/,
+    },
+    {
+      name: 'python3',
+      capsule: 'plain',
+      command: 'cd /tmp && python3 /tmp/corpus.py',
+      input_filename: '/tmp/corpus.py',
+      input: SRC('corpus.py'),
+      expect: PY_EXPECT,
+    },
+    {
+      name: 'node',
+      capsule: 'plain',
+      command: 'node /tmp/corpus.cjs',
+      input_filename: '/tmp/corpus.cjs',
+      input: SRC('corpus.cjs'),
+      expect: NODE_EXPECT,
+    },
     ...egressWorkloads(httpsPort),
   ];
 }
 
 /** A CONNECT proxy on a Unix socket (stand-in for the egress proxy) tunnelling to a local HTTPS server for api.test. */
-export async function startEgressFixture(): Promise<{ proxySocket: string; caPem: string; httpsPort: number; close(): void }> {
+export async function startEgressFixture(): Promise<{
+  proxySocket: string;
+  caPem: string;
+  httpsPort: number;
+  close(): void;
+}> {
   const pki = makePki(['api.test']);
-  const https = createHttpsServer({ key: pki.serverKey, cert: pki.serverCert }, (req, res) => res.end(`HELLO-TLS ${req.url}`));
+  const https = createHttpsServer({ key: pki.serverKey, cert: pki.serverCert }, (req, res) =>
+    res.end(`HELLO-TLS ${req.url}`),
+  );
   await new Promise<void>((r) => https.listen(0, '127.0.0.1', r));
   const httpsPort = (https.address() as AddressInfo).port;
   const dir = tempDir('seccomp-corpus-');
@@ -146,7 +183,9 @@ export async function startEgressFixture(): Promise<{ proxySocket: string; caPem
   });
   await new Promise<void>((r) => proxy.listen(proxySocket, r));
   return {
-    proxySocket, caPem: pki.caPem, httpsPort,
+    proxySocket,
+    caPem: pki.caPem,
+    httpsPort,
     close() {
       proxy.close();
       https.close();
@@ -155,19 +194,44 @@ export async function startEgressFixture(): Promise<{ proxySocket: string; caPem
   };
 }
 
-export interface WorkloadResult { name: string; ok: boolean; detail: string }
+export interface WorkloadResult {
+  name: string;
+  ok: boolean;
+  detail: string;
+}
 
 /** Runs every workload (plain and egress capsules side by side); never throws for a failing workload. */
-export async function runCorpus(client: RunnerPort, ids: { plain: string; egress: string }, httpsPort: number, timeoutMs = 60000): Promise<WorkloadResult[]> {
+export async function runCorpus(
+  client: RunnerPort,
+  ids: { plain: string; egress: string },
+  httpsPort: number,
+  timeoutMs = 60000,
+): Promise<WorkloadResult[]> {
   const all = corpus(httpsPort);
   const one = async (w: Workload): Promise<WorkloadResult> => {
     try {
       const r = await client.exec({
-        capsule_id: ids[w.capsule], command: w.command, timeout_ms: timeoutMs,
-        ...(w.input !== undefined ? { input_b64: Buffer.from(w.input).toString('base64'), input_filename: w.input_filename ?? '/data/input/data' } : {}),
+        capsule_id: ids[w.capsule],
+        command: w.command,
+        timeout_ms: timeoutMs,
+        ...(w.input !== undefined
+          ? {
+              input_b64: Buffer.from(w.input).toString('base64'),
+              input_filename: w.input_filename ?? '/data/input/data',
+            }
+          : {}),
       });
-      const ok = r.exit_code === 0 && r.stdout === w.expect && (w.expectStderr instanceof RegExp ? w.expectStderr.test(r.stderr) : r.stderr === (w.expectStderr ?? ''));
-      return { name: w.name, ok, detail: ok ? '' : `exit ${r.exit_code}${r.timed_out ? ' (timeout)' : ''}\n--- stdout\n${r.stdout.slice(-1500)}\n--- stderr\n${r.stderr.slice(-1500)}` };
+      const ok =
+        r.exit_code === 0 &&
+        r.stdout === w.expect &&
+        (w.expectStderr instanceof RegExp ? w.expectStderr.test(r.stderr) : r.stderr === (w.expectStderr ?? ''));
+      return {
+        name: w.name,
+        ok,
+        detail: ok
+          ? ''
+          : `exit ${r.exit_code}${r.timed_out ? ' (timeout)' : ''}\n--- stdout\n${r.stdout.slice(-1500)}\n--- stderr\n${r.stderr.slice(-1500)}`,
+      };
     } catch (e) {
       return { name: w.name, ok: false, detail: String(e) };
     }
@@ -177,6 +241,9 @@ export async function runCorpus(client: RunnerPort, ids: { plain: string; egress
     for (const w of ws) out.push(await one(w));
     return out;
   };
-  const [a, b] = await Promise.all([seq(all.filter((w) => w.capsule === 'plain')), seq(all.filter((w) => w.capsule === 'egress'))]);
+  const [a, b] = await Promise.all([
+    seq(all.filter((w) => w.capsule === 'plain')),
+    seq(all.filter((w) => w.capsule === 'egress')),
+  ]);
   return [...a, ...b];
 }
