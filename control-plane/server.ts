@@ -6,7 +6,9 @@ import { pino, type Logger } from 'pino';
 import { createNodeCrypto } from '../shared/node/crypto-node.js';
 import type { CryptoProvider } from '../shared/proof/index.js';
 import type { RunnerPort } from '../shared/runner-protocol.js';
-import type { Config } from './config.js';
+import { requireMasterKey, type Config } from './config.js';
+import { EnvelopeBox } from './secrets/envelope.js';
+import { loadMasterKey } from './secrets/master-key.js';
 import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
 import { createApp, RateLimiter } from './http/app.js';
@@ -57,6 +59,9 @@ export async function startControlPlane(
   const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'control-plane' } });
   const clock = opts.clock ?? systemClock;
   const random = opts.random ?? systemRandom;
+  const masterKey = loadMasterKey(requireMasterKey(config), logger);
+  const secrets = new EnvelopeBox(masterKey);
+  masterKey.fill(0);
   const { store, capsulefiles, egressProfiles } = await openStores(config.database);
   const egress = new ProxyEgress({
     socketDir: config.egressSocketDir,
@@ -71,6 +76,7 @@ export async function startControlPlane(
     store,
     capsulefiles,
     egressProfiles,
+    secrets,
     egress,
     baseImage: opts.baseImage ?? new HostBaseImage(),
     capsulefileLimits: config.capsulefileLimits,
@@ -127,6 +133,7 @@ export async function startControlPlane(
       server.closeAllConnections();
       await new Promise<void>((res) => server.close(() => res()));
       await store.close();
+      secrets.destroy();
     },
   };
 }
