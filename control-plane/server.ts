@@ -12,15 +12,8 @@ import { loadMasterKey } from './secrets/master-key.js';
 import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
 import { createApp, RateLimiter } from './http/app.js';
-import {
-  buildServices,
-  readSystemCapsulefiles,
-  loadRegulatoryMapping,
-  systemClock,
-  systemRandom,
-  type RecoveryReport,
-  type Services,
-} from './service/index.js';
+import { loadRegulatoryMapping, readSystemCapsulefiles } from './policy/index.js';
+import { buildServices, systemClock, systemRandom, type RecoveryReport, type Services } from './service/index.js';
 import { HostBaseImage } from './base-image/index.js';
 import type { BaseImage } from './capsulefile/index.js';
 import { openStores } from './store/index.js';
