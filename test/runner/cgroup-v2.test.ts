@@ -92,9 +92,14 @@ if (spawnSync('sh', ['-c', 'command -v qemu-system-x86_64']).status !== 0) {
     t.ok(oom['memory_events']?.['oom_group_kill'] >= 1, 'the kernel killed the whole group (oom_group_kill)', {
       events: oom['memory_events'],
     });
+    // The runner's own OOM sweep (v1's way) may race the kernel to the sleepers beside the hog,
+    // so who killed them is not asserted; that the kernel group-killed this group and none survived is.
+    const group = String(lim['path']).replace('/sys/fs/cgroup', '');
     t.ok(
-      (oom['kernel_log'] as string[]).filter((l) => /(Killed process|OOM victim) \d+ \(sleep\)/.test(l)).length === 2,
-      'the group kill reached both sleepers beside the hog (killed, or already exiting)',
+      (oom['kernel_log'] as string[]).some((l) =>
+        l.includes(`Tasks in ${group} are going to be killed due to memory.oom.group set`),
+      ),
+      'the kernel logged the group kill of this capsule group',
       { log: oom['kernel_log'] },
     );
     t.equal(oom['memory_swap_current'], '0', 'nothing of the capsule went to swap');
