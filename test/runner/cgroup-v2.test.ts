@@ -145,15 +145,17 @@ if (spawnSync('sh', ['-c', 'command -v qemu-system-x86_64']).status !== 0) {
 
     const rec = s('recovery');
     t.match(rec['procs_before_crash'], String(rec['leftover_pid']), 'a process sat in the group at the crash');
-    t.same(rec['lost'], ['crash'], 'the restarted runner reports the capsule lost');
-    t.equal(rec['leftover_alive_after'], false, 'recovery killed the leftover process');
-    t.equal(rec['group_exists_after'], false, 'recovery removed the group');
     t.equal(
-      rec['runner_cgroup'],
+      rec['opener_cgroup'],
       '0::/system.slice/capsule.service/capsule-supervisor',
-      'restarted inside the leaf, it keeps the same subtree',
+      'reopened from inside the supervisor leaf',
     );
-    t.equal(rec['subtree_exists_before_stop'], true);
-    t.equal(rec['subtree_exists_after_stop'], false, 'a graceful stop removes the runner subtree');
+    t.equal(rec['reopened_path'], rec['group_path'], 'a restarted runner finds the same subtree');
+    t.same(rec['listed'], ['crash'], 'and lists the crashed capsule group');
+    t.equal(rec['emptied'], true, 'killGroup emptied it (cgroup.kill)');
+    t.equal(rec['leftover_alive_after'], false, 'the leftover process is dead');
+    t.equal(rec['removed'], true);
+    t.equal(rec['group_exists_after'], false, 'the group is removed');
+    t.equal(rec['subtree_exists_after_stop'], false, 'removeSubtree removes the emptied runner subtree');
   });
 }
