@@ -77,7 +77,7 @@ class StripeWebhooks implements WebhookVerifier {
         this.secret,
         TOLERANCE_S,
         undefined,
-        Math.floor(nowMs / 1000),
+        nowMs, // the SDK takes milliseconds here (it divides by 1000 itself)
       );
     } catch (err) {
       throw new BillingSignatureError(err instanceof Error ? err.message : String(err));

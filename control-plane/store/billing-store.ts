@@ -1,13 +1,10 @@
 // The BillingStore port: a payment processor event is recorded by id and
 // applied in one transaction, so a replayed event (same id) changes nothing
 // and a crash never leaves an event half-applied.
-import { UniqueConstraintViolationException } from '@mikro-orm/core';
 import type { SqlEntityManager } from '@mikro-orm/sql';
 import type { BillingStore, TierChange } from '../domain/index.js';
 import type { Orm } from './orm.js';
 import { all, run } from './sql.js';
-
-class Duplicate extends Error {}
 
 export class SqlBillingStore implements BillingStore {
   constructor(private readonly orm: Orm) {}
@@ -20,27 +17,19 @@ export class SqlBillingStore implements BillingStore {
     event: { id: string; type: string; received_at: string },
     change: TierChange | null,
   ): Promise<'applied' | 'duplicate' | 'ignored'> {
-    try {
-      return await this.em().transactional(async (em) => {
-        try {
-          await run(em, 'insert into "billing_events" ("event_id", "type", "received_at") values (?, ?, ?)', [
-            event.id,
-            event.type,
-            event.received_at,
-          ]);
-        } catch (e) {
-          if (e instanceof UniqueConstraintViolationException) throw new Duplicate();
-          throw e;
-        }
-        if (change === null) return 'ignored';
-        return change.kind === 'subscribed'
-          ? this.subscribe(em, change, event.received_at)
-          : this.end(em, change.subscription, event.received_at);
-      });
-    } catch (e) {
-      if (e instanceof Duplicate) return 'duplicate';
-      throw e;
-    }
+    return this.em().transactional(async (em) => {
+      // A concurrent delivery of the same event waits on this row's lock, then inserts nothing.
+      const fresh = await run(
+        em,
+        'insert into "billing_events" ("event_id", "type", "received_at") values (?, ?, ?) on conflict ("event_id") do nothing',
+        [event.id, event.type, event.received_at],
+      );
+      if (fresh !== 1) return 'duplicate';
+      if (change === null) return 'ignored';
+      return change.kind === 'subscribed'
+        ? this.subscribe(em, change, event.received_at)
+        : this.end(em, change.subscription, event.received_at);
+    });
   }
 
   private async subscribe(
