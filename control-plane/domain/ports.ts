@@ -311,8 +311,9 @@ export interface KeyStore {
   /** Stores a pending factor and its recovery code hashes (replacing a pending one); 'active' when one is active. */
   putPendingMfa(f: MfaFactor, recoveryCodeHashes: string[]): Promise<'ok' | 'active'>;
   /**
-   * Takes one code attempt from the account's budget (`max` per window
-   * starting at or after `windowStartIso`); a correct code gives the budget back.
+   * Takes one code attempt from the account's budget (`max` per window; a
+   * window that began at or before `windowStartIso` is over); a correct code
+   * gives the budget back.
    * Returns null when taken, else when the current window began.
    */
   takeMfaAttempt(customerId: string, nowIso: string, windowStartIso: string, max: number): Promise<string | null>;

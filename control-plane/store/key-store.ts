@@ -231,13 +231,13 @@ export class SqlKeyStore implements KeyStore {
     windowStartIso: string,
     max: number,
   ): Promise<string | null> {
-    // One statement: a window that began before windowStartIso restarts at now with this attempt.
+    // One statement: a window that began at or before windowStartIso is over; it restarts at now with this attempt.
     const n = await run(
       this.em(),
       `update "mfa_factors" set
-         "attempts" = case when "attempts_window_start" is null or "attempts_window_start" < ? then 1 else "attempts" + 1 end,
-         "attempts_window_start" = case when "attempts_window_start" is null or "attempts_window_start" < ? then ? else "attempts_window_start" end
-       where "customer_id" = ? and ("attempts_window_start" is null or "attempts_window_start" < ? or "attempts" < ?)`,
+         "attempts" = case when "attempts_window_start" is null or "attempts_window_start" <= ? then 1 else "attempts" + 1 end,
+         "attempts_window_start" = case when "attempts_window_start" is null or "attempts_window_start" <= ? then ? else "attempts_window_start" end
+       where "customer_id" = ? and ("attempts_window_start" is null or "attempts_window_start" <= ? or "attempts" < ?)`,
       [windowStartIso, windowStartIso, nowIso, customerId, windowStartIso, max],
     );
     if (n === 1) return null;
