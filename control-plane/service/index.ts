@@ -15,7 +15,7 @@ import { recover, RecoveryGate } from './recovery.js';
 import { Sweeper } from './sweeper.js';
 
 export type { BillingDeps, Deps, Log } from './deps.js';
-export { ITEM_FIELDS, itemView } from './usage.js';
+export { ITEM_FIELDS, itemRow, itemView } from './usage.js';
 export { issueKey } from './api-keys.js';
 export { systemClock, systemRandom, isoMicros, cycleStart } from './clock.js';
 export { loadRegulatoryMapping, regulatoryContext, type RegulatoryMapping } from './regulatory.js';

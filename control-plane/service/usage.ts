@@ -13,7 +13,7 @@ export function usageEntry(d: Pick<Deps, 'random'>, kind: UsageKind, quantity: n
 }
 
 /** Rows per query when exporting: each query is short, so an export never holds a connection for long. */
-export const EXPORT_BATCH = 2000;
+export const EXPORT_BATCH = 5000;
 
 /** Start of the month after the cycle that began at `startIso`. */
 function cycleEnd(startIso: string): string {
@@ -33,20 +33,27 @@ function summaryCounts(c: UsageCounts): Record<string, number> {
   };
 }
 
-/** Wire view of an item: JSON and CSV carry the same fields in this order. */
+/** Wire fields of an item: JSON objects and CSV rows carry the same ones in this order. */
 export const ITEM_FIELDS = ['id', 'created_at', 'kind', 'capsule_id', 'quantity', 'unit', 'mode', 'billable'] as const;
+export type ItemField = (typeof ITEM_FIELDS)[number];
 
-export function itemView(i: UsageItem): Record<(typeof ITEM_FIELDS)[number], string | number | boolean> {
-  return {
-    id: i.id,
-    created_at: i.created_at,
-    kind: i.kind,
-    capsule_id: i.capsule_id,
-    quantity: i.quantity,
-    unit: USAGE_UNITS[i.kind],
-    mode: i.billable ? 'live' : 'test',
-    billable: i.billable,
-  };
+/** An item as one CSV row (the values of ITEM_FIELDS, in order). */
+export function itemRow(i: UsageItem): (string | number | boolean)[] {
+  return [
+    i.id,
+    i.created_at,
+    i.kind,
+    i.capsule_id,
+    i.quantity,
+    USAGE_UNITS[i.kind],
+    i.billable ? 'live' : 'test',
+    i.billable,
+  ];
+}
+
+export function itemView(i: UsageItem): Record<ItemField, string | number | boolean> {
+  const row = itemRow(i);
+  return Object.fromEntries(ITEM_FIELDS.map((f, k) => [f, row[k]])) as Record<ItemField, string | number | boolean>;
 }
 
 export class UsageService {
@@ -97,18 +104,22 @@ export class UsageService {
     return this.d.usage.listUsage(caller.account.customer_id, q);
   }
 
-  /** Every item in the range, oldest first, one short query per batch. */
+  /**
+   * Every item in the range, oldest first, one short query per batch. The next
+   * batch is fetched while the caller works on the current one (at most two in memory).
+   */
   async *allItems(caller: Caller, from: string | null, to: string | null): AsyncGenerator<UsageItem[]> {
-    let cursor: string | null = null;
-    do {
-      const p: UsagePage = await this.d.usage.listUsage(caller.account.customer_id, {
-        from,
-        to,
-        limit: EXPORT_BATCH,
-        cursor,
-      });
-      if (p.items.length > 0) yield p.items;
-      cursor = p.next_cursor;
-    } while (cursor !== null);
+    const fetch = (cursor: string | null): Promise<UsagePage> => {
+      const p = this.d.usage.listUsage(caller.account.customer_id, { from, to, limit: EXPORT_BATCH, cursor });
+      p.catch(() => undefined); // a prefetch the consumer abandoned must not surface as unhandled
+      return p;
+    };
+    let next = fetch(null);
+    for (;;) {
+      const page = await next;
+      if (page.next_cursor !== null) next = fetch(page.next_cursor);
+      if (page.items.length > 0) yield page.items;
+      if (page.next_cursor === null) return;
+    }
   }
 }

@@ -74,8 +74,9 @@ export class SqlUsageStore implements UsageStore {
     }
     if (q.cursor !== null) {
       const [at, id] = q.cursor.split('|');
-      where.push('("created_at" > ? or ("created_at" = ? and "id" > ?))');
-      params.push(at, at, id);
+      // A row-value comparison: both databases seek the (customer_id, created_at, id) index to it.
+      where.push('("created_at", "id") > (?, ?)');
+      params.push(at, id);
     }
     const rows = await all<UsageRow>(
       this.em(),

@@ -113,7 +113,7 @@ t.test('control-plane domain has no I/O and depends on no adapter', async (t) =>
 });
 
 t.test('control-plane adapters do not import each other', async (t) => {
-  const adapters = ['store', 'http', 'runner', 'egress', 'secrets'];
+  const adapters = ['store', 'http', 'runner', 'egress', 'secrets', 'billing'];
   for (const a of adapters) {
     for (const file of sources(`control-plane/${a}`)) {
       for (const imp of imports(file)) {

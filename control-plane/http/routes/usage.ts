@@ -1,11 +1,12 @@
 // Usage: summary, estimate, items as JSON pages and as one RFC 4180 CSV
-// stream. The CSV is produced batch by batch (short keyset queries, stream
-// backpressure), so memory stays flat however many items there are.
-import { pipeline, Readable } from 'node:stream';
+// stream. The CSV is produced batch by batch (short keyset queries, one
+// formatted chunk per batch, stream backpressure), so memory stays flat
+// however many items there are.
+import { Readable } from 'node:stream';
 import Router from '@koa/router';
-import { stringify } from 'csv-stringify';
+import Papa from 'papaparse';
 import { invalid } from '../../../shared/errors.js';
-import { isoMicros, itemView, ITEM_FIELDS } from '../../service/index.js';
+import { isoMicros, itemRow, itemView, ITEM_FIELDS } from '../../service/index.js';
 import { caller, type AppDeps, type Ctx } from '../context.js';
 import { auth } from '../middleware.js';
 import { paging } from '../paging.js';
@@ -50,22 +51,20 @@ export function usageRoutes(d: AppDeps): Router {
   r.get('/v1/usage/items.csv', a, async (ctx: Ctx) => {
     const { from, to } = range(ctx);
     const batches = s.usage.allItems(caller(ctx), from, to);
-    async function* rows(): AsyncGenerator<unknown[]> {
-      for await (const batch of batches)
-        for (const item of batch) {
-          const v = itemView(item);
-          yield ITEM_FIELDS.map((f) => v[f]);
-        }
+    // RFC 4180: a header row, CRLF after every record, quotes only where a value needs them.
+    const csv = (rows: unknown[][], header: boolean): string =>
+      `${Papa.unparse({ fields: [...ITEM_FIELDS], data: rows }, { header, newline: '\r\n' })}\r\n`;
+    async function* chunks(): AsyncGenerator<string> {
+      let header = true;
+      for await (const batch of batches) {
+        yield csv(batch.map(itemRow), header);
+        header = false;
+      }
+      if (header) yield csv([], true);
     }
-    const csv = stringify({
-      header: true,
-      columns: [...ITEM_FIELDS],
-      record_delimiter: 'windows', // RFC 4180: CRLF
-      cast: { boolean: (b) => (b ? 'true' : 'false') },
-    });
+    const body = Readable.from(chunks());
     // Headers are gone once rows flow: a failure mid-export cuts the connection, so a client never takes a truncated file for a whole one.
-    const body = pipeline(Readable.from(rows()), csv, (err) => {
-      if (!err) return;
+    body.on('error', (err) => {
       ctx.state.log.error({ err }, 'usage export failed mid-stream');
       ctx.res.destroy();
     });
