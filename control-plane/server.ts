@@ -12,10 +12,9 @@ import { loadMasterKey } from './secrets/master-key.js';
 import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
 import { createApp, RateLimiter } from './http/app.js';
+import { loadRegulatoryMapping, readSystemCapsulefiles } from './policy/index.js';
 import {
   buildServices,
-  readSystemCapsulefiles,
-  loadRegulatoryMapping,
   systemClock,
   systemRandom,
   type BillingDeps,
