@@ -1,21 +1,25 @@
-// `npm run bench:usage`: GET /v1/usage/items.csv over HTTP on loopback for an
-// account holding 1,000,000 usage items, on SQLite and PostgreSQL; beside it,
-// in the same run, the baseline: a bare SELECT of the same rows streamed
-// through the driver to /dev/null. Prints rows per second of both, their
-// ratio, and the peak RSS growth of each. Figures are printed, never asserted.
+// `npm run bench:usage`: GET /v1/usage/items.csv over HTTP on loopback from a
+// `capsule serve` process, for an account holding 1,000,000 usage items, on
+// SQLite and PostgreSQL; beside it, in the same run, the baseline: a bare
+// SELECT of the same rows streamed through the driver to /dev/null in this
+// process. Prints rows per second of both (wall clock, and per CPU second of
+// the process doing the work), their ratio, and the peak RSS growth of the
+// server during the export. Figures are printed, never asserted.
 //   flags: --rows=1000000 --drivers=sqlite,postgresql --runs=2
-import { createWriteStream } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { createWriteStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { once } from 'node:events';
-import { pino } from 'pino';
 import type { SqlEntityManager } from '@mikro-orm/sql';
-import { startControlPlane } from '../control-plane/server.js';
 import { openOrm } from '../control-plane/store/orm.js';
-import { RunnerClient } from '../shared/node/runner-client.js';
-import { Api, freshDb, testConfig, type Driver } from '../test/control-plane/harness.js';
+import { Api, freshDb, testMasterKeyFile, type Driver } from '../test/control-plane/harness.js';
+
+const CLI = fileURLToPath(new URL('../cli/capsule.js', import.meta.url));
 
 const argNum = (name: string, dflt: number): number => {
   const a = process.argv.find((x) => x.startsWith(`--${name}=`));
@@ -25,8 +29,6 @@ const ROWS = argNum('rows', 1_000_000);
 const RUNS = argNum('runs', 2);
 const driversArg = process.argv.find((x) => x.startsWith('--drivers='));
 const DRIVERS = (driversArg ? driversArg.slice(10).split(',') : ['sqlite', 'postgresql']) as Driver[];
-// The export needs no runner: a client on a socket nobody serves.
-const noRunner = new RunnerClient(join(tmpdir(), `bench-usage-no-runner-${process.pid}.sock`));
 
 /** Inserts `n` items for one customer in the database itself (a generated series). */
 function seedSql(driver: Driver, n: number): string {
@@ -46,26 +48,42 @@ function seedSql(driver: Driver, n: number): string {
     from generate_series(0, ${n - 1}) as i`;
 }
 
+interface Measured<T> {
+  value: T;
+  wallS: number;
+  cpuS: number;
+  peakMb: number;
+}
+
+/** Resident set size and CPU seconds (user + system) of a process, from /proc. */
+function procStats(pid: number | 'self'): { rss: number; cpuS: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const rssKb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? NaN);
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = Number(fields[11]) + Number(fields[12]); // utime, stime (fields 14 and 15 of stat(5))
+  return { rss: rssKb * 1024, cpuS: ticks / 100 };
+}
+
 /**
- * Runs `f`: wall seconds, this process's CPU seconds (the machine is shared:
- * CPU time shows what the work costs when wall time is stretched by others),
- * and the peak RSS growth over the start, sampled every 20 ms.
+ * Runs `f` while watching process `pid`: wall seconds, that process's CPU
+ * seconds (the machine is shared: CPU time shows what the work costs when
+ * others stretch wall time), and its peak RSS growth, sampled every 20 ms.
  */
-async function measure<T>(f: () => Promise<T>): Promise<{ value: T; wallS: number; cpuS: number; peakMb: number }> {
+async function measure<T>(pid: number | 'self', f: () => Promise<T>): Promise<Measured<T>> {
   global.gc?.();
-  const base = process.memoryUsage.rss();
-  const cpu0 = process.cpuUsage();
-  const t0 = performance.now();
-  let peak = base;
+  const start = procStats(pid);
+  let peak = start.rss;
   const timer = setInterval(() => {
-    peak = Math.max(peak, process.memoryUsage.rss());
+    peak = Math.max(peak, procStats(pid).rss);
   }, 20);
+  const t0 = performance.now();
   try {
     const value = await f();
     const wallS = (performance.now() - t0) / 1000;
-    const cpu = process.cpuUsage(cpu0);
-    peak = Math.max(peak, process.memoryUsage.rss());
-    return { value, wallS, cpuS: (cpu.user + cpu.system) / 1e6, peakMb: (peak - base) / 2 ** 20 };
+    const end = procStats(pid);
+    peak = Math.max(peak, end.rss);
+    return { value, wallS, cpuS: end.cpuS - start.cpuS, peakMb: (peak - start.rss) / 2 ** 20 };
   } finally {
     clearInterval(timer);
   }
@@ -108,13 +126,54 @@ function csvExport(url: string, key: string): Promise<number> {
   });
 }
 
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+  const port = (srv.address() as AddressInfo).port;
+  await new Promise<void>((r) => srv.close(() => r()));
+  return port;
+}
+
 async function benchDriver(driver: Driver): Promise<void> {
   const db = await freshDb(driver);
-  const config = testConfig(db.url, { CAPSULE_RATE_LIMITS: 'off' });
-  const cp = await startControlPlane(config, noRunner, { logger: pino({ level: 'silent' }) });
-  const orm = await openOrm(config.database);
+  const dir = mkdtempSync(join(tmpdir(), 'bench-usage-'));
+  const port = await freePort();
+  // The server as an operator runs it; the export needs no runner (its socket is simply absent).
+  const server = spawn(
+    process.execPath,
+    [
+      ...(process.env.BENCH_SERVER_FLAGS ? process.env.BENCH_SERVER_FLAGS.split(' ') : []),
+      CLI,
+      'serve',
+      '--port',
+      String(port),
+      '--data-dir',
+      dir,
+      '--runner-socket',
+      join(dir, 'no-runner.sock'),
+    ],
+    {
+      env: {
+        ...process.env,
+        DATABASE_URL: db.url,
+        CAPSULE_MASTER_KEY_FILE: testMasterKeyFile(dir),
+        CAPSULE_RATE_LIMITS: 'off',
+        LOG_LEVEL: 'warn',
+      },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    },
+  );
+  const orm = await openOrm(
+    driver === 'sqlite' ? { driver, file: db.url.slice('file:'.length) } : { driver, url: db.url },
+  );
   try {
-    const api = new Api(cp.url);
+    const api = new Api(`http://127.0.0.1:${port}`);
+    for (let i = 0; ; i++) {
+      const up = await api.req('GET', '/v1/health').catch(() => null);
+      if (up?.status === 200) break;
+      if (i > 300) throw new Error('capsule serve did not start');
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const { key, customer_id } = await api.signup();
     const em = orm.em.fork() as SqlEntityManager;
     const t0 = performance.now();
@@ -123,20 +182,22 @@ async function benchDriver(driver: Driver): Promise<void> {
     console.log(`${driver}: seeded ${ROWS} usage items in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     const rate = (secs: number): string => `${Math.round(ROWS / secs).toLocaleString('en')} rows/s`;
     for (let run = 1; run <= RUNS; run++) {
-      const bare = await measure(() => bareSelect(em, customer_id));
-      const csv = await measure(() => csvExport(cp.url, key));
+      const bare = await measure('self', () => bareSelect(em, customer_id));
+      const csv = await measure(server.pid as number, () => csvExport(api.base, key));
       if (bare.value !== ROWS || csv.value !== ROWS)
         throw new Error(`row counts: bare ${bare.value}, csv ${csv.value}, expected ${ROWS}`);
       console.log(
-        `${driver} run ${run}: bare SELECT -> /dev/null ${rate(bare.wallS)} (cpu ${rate(bare.cpuS)}, RSS +${bare.peakMb.toFixed(1)} MB)` +
-          ` | items.csv over HTTP ${rate(csv.wallS)} (cpu ${rate(csv.cpuS)}, RSS +${csv.peakMb.toFixed(1)} MB)` +
+        `${driver} run ${run}: bare SELECT -> /dev/null ${rate(bare.wallS)} (cpu ${rate(bare.cpuS)})` +
+          ` | items.csv over HTTP ${rate(csv.wallS)} (server cpu ${rate(csv.cpuS)}, server RSS +${csv.peakMb.toFixed(1)} MB)` +
           ` | ratio ${(bare.wallS / csv.wallS).toFixed(2)}x wall, ${(bare.cpuS / csv.cpuS).toFixed(2)}x cpu`,
       );
     }
   } finally {
+    server.kill('SIGTERM');
+    await once(server, 'exit');
     await orm.close(true);
-    await cp.close();
     await db.drop();
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 

@@ -13,7 +13,7 @@ export function usageEntry(d: Pick<Deps, 'random'>, kind: UsageKind, quantity: n
 }
 
 /** Rows per query when exporting: each query is short, so an export never holds a connection for long. */
-export const EXPORT_BATCH = 5000;
+export const EXPORT_BATCH = 2000;
 
 /** Start of the month after the cycle that began at `startIso`. */
 function cycleEnd(startIso: string): string {
@@ -105,21 +105,30 @@ export class UsageService {
   }
 
   /**
-   * Every item in the range, oldest first, one short query per batch. The next
-   * batch is fetched while the caller works on the current one (at most two in memory).
+   * Every item in the range, oldest first, one short query per batch, each
+   * batch handed to `convert` as soon as it arrives (its item objects die
+   * young; what `convert` returns is what waits). The next batch is fetched
+   * while the caller works on the current one: at most two in memory.
    */
-  async *allItems(caller: Caller, from: string | null, to: string | null): AsyncGenerator<UsageItem[]> {
-    const fetch = (cursor: string | null): Promise<UsagePage> => {
-      const p = this.d.usage.listUsage(caller.account.customer_id, { from, to, limit: EXPORT_BATCH, cursor });
+  async *exportItems<T>(
+    caller: Caller,
+    from: string | null,
+    to: string | null,
+    convert: (items: UsageItem[]) => T,
+  ): AsyncGenerator<T> {
+    const fetch = (cursor: string | null): Promise<{ out: T; next: string | null }> => {
+      const p = this.d.usage
+        .listUsage(caller.account.customer_id, { from, to, limit: EXPORT_BATCH, cursor })
+        .then((page) => ({ out: convert(page.items), next: page.next_cursor }));
       p.catch(() => undefined); // a prefetch the consumer abandoned must not surface as unhandled
       return p;
     };
-    let next = fetch(null);
+    let pending = fetch(null);
     for (;;) {
-      const page = await next;
-      if (page.next_cursor !== null) next = fetch(page.next_cursor);
-      if (page.items.length > 0) yield page.items;
-      if (page.next_cursor === null) return;
+      const { out, next } = await pending;
+      if (next !== null) pending = fetch(next);
+      yield out;
+      if (next === null) return;
     }
   }
 }

@@ -6,6 +6,7 @@ import { Readable } from 'node:stream';
 import Router from '@koa/router';
 import Papa from 'papaparse';
 import { invalid } from '../../../shared/errors.js';
+import type { UsageItem } from '../../domain/index.js';
 import { isoMicros, itemRow, itemView, ITEM_FIELDS } from '../../service/index.js';
 import { caller, type AppDeps, type Ctx } from '../context.js';
 import { auth } from '../middleware.js';
@@ -56,20 +57,23 @@ export function usageRoutes(d: AppDeps): Router {
 
   r.get('/v1/usage/items.csv', a, async (ctx: Ctx) => {
     const { from, to } = range(ctx);
-    const batches = s.usage.allItems(caller(ctx), from, to);
     // RFC 4180: a header row, CRLF after every record, quotes only where a value needs them.
     const csv = (rows: unknown[][], header: boolean): string =>
       `${Papa.unparse({ fields: [...ITEM_FIELDS], data: rows }, { header, newline: '\r\n' })}\r\n`;
+    let header = true;
+    const format = (items: UsageItem[]): string[] => {
+      const texts: string[] = [];
+      for (let i = 0; i < items.length; i += CSV_CHUNK_ROWS) {
+        texts.push(csv(items.slice(i, i + CSV_CHUNK_ROWS).map(itemRow), header));
+        header = false;
+      }
+      if (header) texts.push(csv([], true)); // no items at all: the header row alone
+      header = false;
+      return texts;
+    };
     async function* chunks(): AsyncGenerator<string> {
-      let header = true;
-      for await (const batch of batches)
-        for (let i = 0; i < batch.length; i += CSV_CHUNK_ROWS) {
-          yield csv(batch.slice(i, i + CSV_CHUNK_ROWS).map(itemRow), header);
-          header = false;
-        }
-      if (header) yield csv([], true);
+      for await (const texts of s.usage.exportItems(caller(ctx), from, to, format)) yield* texts;
     }
-    // One chunk in the stream's buffer at a time: backpressure reaches the batch reader at once.
     const body = Readable.from(chunks(), { highWaterMark: 1 });
     // Headers are gone once rows flow: a failure mid-export cuts the connection, so a client never takes a truncated file for a whole one.
     body.on('error', (err) => {
