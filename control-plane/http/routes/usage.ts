@@ -58,8 +58,9 @@ export function usageRoutes(d: AppDeps): Router {
   r.get('/v1/usage/items.csv', a, async (ctx: Ctx) => {
     const { from, to } = range(ctx);
     // RFC 4180: a header row, CRLF after every record, quotes only where a value needs them.
+    // papaparse ends the last record without a line break, except a header with no rows: one CRLF each time.
     const csv = (rows: unknown[][], header: boolean): string =>
-      `${Papa.unparse({ fields: [...ITEM_FIELDS], data: rows }, { header, newline: '\r\n' })}\r\n`;
+      `${Papa.unparse({ fields: [...ITEM_FIELDS], data: rows }, { header, newline: '\r\n' }).replace(/\r\n$/, '')}\r\n`;
     let header = true;
     const format = (items: UsageItem[]): string[] => {
       const texts: string[] = [];
