@@ -1,10 +1,13 @@
 // Proof reads, the public verify endpoint and the key registry.
 import { ApiError } from '../../shared/errors.js';
 import {
+  isPresentation,
   toAuditProof,
   toPresentation,
+  verifyPresentation,
   verifyProof,
   type AuditRecord,
+  type PresentationResult,
   type VerifyResult,
 } from '../../shared/proof/index.js';
 import type { Caller, KeyRecord, StoredProof } from '../domain/index.js';
@@ -48,17 +51,30 @@ export class ProofService {
     };
   }
 
-  /** GET /v1/capsules/:id/cdp/verify (public; the URL is the capability). */
+  /**
+   * GET /v1/capsules/:id/cdp/verify (public; the URL is the capability): the
+   * canonical AuditProof with the activity trail (SPEC: "includes the
+   * capsule's activity trail"), bound by its signed `activity_root`. The
+   * record's evidence and internal ids stay out.
+   */
   async publicProof(capsuleId: string, presentation: boolean): Promise<Record<string, unknown>> {
     const r = (await this.stored(capsuleId)).record as unknown as AuditRecord;
-    return presentation ? toPresentation(r) : (toAuditProof(r) as unknown as Record<string, unknown>);
+    if (presentation) return toPresentation(r);
+    return { ...(toAuditProof(r) as unknown as Record<string, unknown>), activity: r.activity };
   }
 
+  /** The stored-proof check: the full document, offline rules. */
   verify(doc: unknown): VerifyResult {
-    return verifyProof(doc, {
-      now: () => this.d.clock.nowIso(),
-      ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}),
-    });
+    return verifyProof(doc, this.verifyOptions());
+  }
+
+  /** POST /v1/verify: the offline rules, or the reduced-scope path for a presentation projection. */
+  verifyHosted(doc: unknown): VerifyResult | PresentationResult {
+    return isPresentation(doc) ? verifyPresentation(doc, this.verifyOptions()) : this.verify(doc);
+  }
+
+  private verifyOptions(): { now: () => string; crypto?: NonNullable<Deps['proofCrypto']> } {
+    return { now: () => this.d.clock.nowIso(), ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}) };
   }
 
   async key(keyId: string): Promise<KeyRecord> {
