@@ -137,6 +137,7 @@ export async function startControlPlane(
     async close() {
       await services.sweeper.stop();
       await services.egress.stopAll();
+      await services.proofs.close();
       server.closeAllConnections();
       await new Promise<void>((res) => server.close(() => res()));
       await store.close();

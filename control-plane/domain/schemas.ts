@@ -20,6 +20,19 @@ const INPUT_PATH_RE = /^\/(data\/input|data\/output|tmp)\/[^/\u0000-\u001f\u007f
 const utf8Bytes = (s: string): number => Buffer.byteLength(s, 'utf8');
 const chars = (s: string): number => [...s].length;
 
+/** JSON text that must be one object (a request body): 400 naming `body` otherwise. */
+export function parseJsonObject(text: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw invalid('body', 'malformed JSON');
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw invalid('body', 'must be a JSON object');
+  return value as Record<string, unknown>;
+}
+
 /**
  * A top-level member sent as `null` reads as absent: the service itself
  * answers `null` for optional members it has no value for (for example

@@ -3,6 +3,7 @@
 // nested deeper than MAX_JSON_DEPTH -> 400 naming the body. Bytes are never logged.
 import type { Context } from 'koa';
 import { ApiError, invalid } from '../../shared/errors.js';
+import { parseJsonObject } from '../domain/index.js';
 
 /**
  * Deepest array/object nesting a JSON body may have. Far above any request
@@ -130,24 +131,24 @@ export function nestsDeeperThan(raw: Uint8Array, max: number): boolean {
   return false;
 }
 
-/** Reads a JSON object body. An empty body reads as `{}`. */
-export async function readJson(ctx: Context, o: ReadOptions): Promise<unknown> {
+/**
+ * Reads a JSON body's bytes, checked for type and nesting but not parsed
+ * (for a caller that parses elsewhere). An empty body reads as `{}`.
+ */
+export async function readJsonBytes(ctx: Context, o: ReadOptions): Promise<Buffer> {
   const raw = await readBounded(ctx, o);
-  if (raw.length === 0) return {};
+  if (raw.length === 0) return Buffer.from('{}');
   const type = ctx.get('content-type');
   if (type && !/^application\/([\w.+-]+\+)?json\b/i.test(type))
     throw invalid('Content-Type', 'must be application/json');
   // Before anything walks the value: a deep body would overflow every recursive reader after JSON.parse.
   if (nestsDeeperThan(raw, MAX_JSON_DEPTH)) throw invalid('body', `nested deeper than ${MAX_JSON_DEPTH} levels`);
-  let value: unknown;
-  try {
-    value = JSON.parse(raw.toString('utf8'));
-  } catch {
-    throw invalid('body', 'malformed JSON');
-  }
-  if (value === null || typeof value !== 'object' || Array.isArray(value))
-    throw invalid('body', 'must be a JSON object');
-  return value;
+  return raw;
+}
+
+/** Reads a JSON object body. An empty body reads as `{}`. */
+export async function readJson(ctx: Context, o: ReadOptions): Promise<Record<string, unknown>> {
+  return parseJsonObject((await readJsonBytes(ctx, o)).toString('utf8'));
 }
 
 export async function readRaw(ctx: Context, o: ReadOptions): Promise<Buffer> {

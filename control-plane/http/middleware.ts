@@ -3,7 +3,7 @@
 import { createHash } from 'node:crypto';
 import { ApiError, invalid } from '../../shared/errors.js';
 import { newId } from '../service/index.js';
-import { readJson, type ByteBudget } from './body.js';
+import { readJson } from './body.js';
 import type { AppDeps, Ctx, Mw } from './context.js';
 import { renderError } from './errors.js';
 
@@ -15,14 +15,10 @@ const TRACE_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 /** Every API response: no MIME sniffing, nothing rendered or framed from this origin (docs/SECURITY.md). */
 export const API_CSP = "default-src 'none'; frame-ancestors 'none'";
 
-/** Reads (once) and caches the JSON body; `limit` and `budget` for routes with larger bodies. */
-export async function json(ctx: Ctx, o: { limit?: number; budget?: ByteBudget } = {}): Promise<unknown> {
+/** Reads (once) and caches the JSON body. */
+export async function json(ctx: Ctx): Promise<unknown> {
   if (ctx.state.json === undefined)
-    ctx.state.json = await readJson(ctx, {
-      limit: o.limit ?? JSON_BODY_LIMIT,
-      idleTimeoutMs: ctx.state.http.bodyIdleTimeoutMs,
-      ...(o.budget ? { budget: o.budget } : {}),
-    });
+    ctx.state.json = await readJson(ctx, { limit: JSON_BODY_LIMIT, idleTimeoutMs: ctx.state.http.bodyIdleTimeoutMs });
   return ctx.state.json;
 }
 

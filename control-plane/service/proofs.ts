@@ -1,22 +1,22 @@
 // Proof reads, the public verify endpoint and the key registry.
 import { ApiError } from '../../shared/errors.js';
 import {
-  isPresentation,
   toAuditProof,
   toPresentation,
-  verifyPresentation,
   verifyProof,
   type AuditRecord,
-  type PresentationResult,
   type VerifyResult,
 } from '../../shared/proof/index.js';
 import type { Caller, KeyRecord, StoredProof } from '../domain/index.js';
 import type { Deps } from './deps.js';
+import { verifyHostedRequest, type HostedResult } from './hosted-verify.js';
+import { VerifyPool } from './verify-pool.js';
 
 const proofNotFound = (): ApiError =>
   new ApiError('resource_not_found', 'proof not found (the capsule may not be destroyed yet)');
 
 export class ProofService {
+  private readonly pool = new VerifyPool();
   constructor(private readonly d: Deps) {}
 
   private async stored(capsuleId: string): Promise<StoredProof> {
@@ -65,16 +65,29 @@ export class ProofService {
 
   /** The stored-proof check: the full document, offline rules. */
   verify(doc: unknown): VerifyResult {
-    return verifyProof(doc, this.verifyOptions());
+    return verifyProof(doc, {
+      now: () => this.d.clock.nowIso(),
+      ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}),
+    });
   }
 
-  /** POST /v1/verify: the offline rules, or the reduced-scope path for a presentation projection. */
-  verifyHosted(doc: unknown): VerifyResult | PresentationResult {
-    return isPresentation(doc) ? verifyPresentation(doc, this.verifyOptions()) : this.verify(doc);
+  /** POST /v1/verify on a parsed body, in this thread (small bodies). */
+  verifyRequest(body: unknown): HostedResult {
+    return verifyHostedRequest(body, () => this.d.clock.nowIso(), this.d.proofCrypto);
   }
 
-  private verifyOptions(): { now: () => string; crypto?: NonNullable<Deps['proofCrypto']> } {
-    return { now: () => this.d.clock.nowIso(), ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}) };
+  /** POST /v1/verify on the body's JSON bytes, parsed and verified in the verify worker (large bodies). */
+  async verifyRequestJson(bytes: Uint8Array): Promise<HostedResult> {
+    try {
+      return await this.pool.run(bytes, this.d.clock.nowIso());
+    } catch (e) {
+      if (e instanceof ApiError) throw e;
+      throw new ApiError('internal_error', 'internal error', { cause: e });
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
   }
 
   async key(keyId: string): Promise<KeyRecord> {

@@ -3,6 +3,7 @@
 // error documentation pages, the verify body budget, per-IP limits on health,
 // repeated query parameters, null as absent, per-connection request bound.
 import t from 'tap';
+import { randomBytes } from 'node:crypto';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +14,7 @@ import { renderError } from '../../control-plane/http/app.js';
 import { MAX_JSON_DEPTH, nestsDeeperThan } from '../../control-plane/http/body.js';
 import { fromRunner } from '../../control-plane/service/runner-errors.js';
 import { RunnerError } from '../../shared/runner-protocol.js';
+import { emitRecord, generateEphemeralKey, type ActivityEvent } from '../../shared/proof/index.js';
 import { DRIVERS, envelope, start } from './harness.js';
 
 const noRunner = new RunnerClient(join(tmpdir(), `cp-no-runner-edge-${process.pid}.sock`));
@@ -208,8 +210,9 @@ for (const driver of DRIVERS) {
       t.equal(e.retry_after, 1);
       let answer = '';
       held.on('data', (b: Buffer) => (answer += b.toString()));
-      held.end(body.slice(100));
-      await new Promise((r) => held.once('close', r));
+      held.write(body.slice(100));
+      while (!/\r\n\r\n\{/.test(answer) || !answer.trimEnd().endsWith('}')) await new Promise((r) => setTimeout(r, 20));
+      held.destroy();
       t.match(answer, /^HTTP\/1\.1 200 /, 'the holder is answered');
       const after = await api.req('POST', '/v1/verify', { raw: body, headers: { 'content-type': 'application/json' } });
       t.equal(after.status, 200, 'the budget is given back');
@@ -236,3 +239,86 @@ for (const driver of DRIVERS) {
     t.equal((await s.api.req('GET', '/v1/health/ready')).status, 429, 'ready shares the bound');
   });
 }
+
+/** A signed AuditRecord with `execs` exec pairs in the service's event shapes. */
+function bigRecord(execs: number): string {
+  const h = (): string => `sha512:${randomBytes(64).toString('hex')}`;
+  const at = '2026-11-21T22:00:00.000000Z';
+  const activity: ActivityEvent[] = [
+    { seq: 1, type: 'CapsuleStarted', at, data_classification: 'PHI', jurisdiction: 'EU', region: 'local' },
+  ];
+  for (let i = 0; i < execs; i++) {
+    const n = activity.length;
+    activity.push({
+      seq: n + 1,
+      type: 'ExecutionStarted',
+      at,
+      command_hash: h(),
+      input_size_bytes: 0,
+      timeout_seconds: 300,
+    });
+    activity.push({
+      seq: n + 2,
+      type: 'ExecutionCompleted',
+      at,
+      exit_code: 0,
+      duration_ms: 3,
+      timed_out: false,
+      stdout_hash: h(),
+      stderr_hash: h(),
+    });
+  }
+  activity.push({ seq: activity.length + 1, type: 'DestructionInitiated', at, trigger: 'customer_request' });
+  const record = emitRecord(
+    {
+      capsule_id: 'cap_0123456789abcdef01234567',
+      created_at: at,
+      destroyed_at: at,
+      evidence: Array.from({ length: 8 }, () => ({ performed: true })),
+      activity,
+    },
+    { mode: 'ephemeral', key: generateEphemeralKey((n) => new Uint8Array(randomBytes(n))) },
+  );
+  return JSON.stringify({ cdp: record });
+}
+
+t.test('sqlite: a 20,000-exec record verifies off the request thread', async (t) => {
+  const s = await start('sqlite', noRunner, { CAPSULE_RATE_LIMITS: 'off' });
+  t.teardown(s.close);
+  const body = bigRecord(20_000);
+  t.ok(
+    body.length > 12 * 1024 * 1024 && body.length < 16 * 1024 * 1024,
+    `${body.length} bytes, within the default bound`,
+  );
+  const verifying = s.api.req('POST', '/v1/verify', { raw: body, headers: { 'content-type': 'application/json' } });
+  // While it is verified, the request thread keeps answering.
+  let slowest = 0;
+  let done = false;
+  void verifying.then(() => (done = true));
+  let probes = 0;
+  while (!done) {
+    const t0 = performance.now();
+    t.equal((await s.api.req('GET', '/v1/health')).status, 200);
+    slowest = Math.max(slowest, performance.now() - t0);
+    probes++;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const r = await verifying;
+  t.equal(r.status, 200, r.text.slice(0, 200));
+  t.equal(r.body.valid, true);
+  t.ok(probes >= 5, `${probes} health probes answered during the verification`);
+  t.ok(slowest < 500, `slowest health answer ${slowest.toFixed(0)} ms`);
+  const tampered = body.replace('"exit_code":0', '"exit_code":1');
+  const bad = await s.api.req('POST', '/v1/verify', { raw: tampered, headers: { 'content-type': 'application/json' } });
+  t.same(bad.body.failure_reason, { type: 'ActivityMismatch', reason: 'RootMismatch' });
+  const junk = await s.api.req('POST', '/v1/verify', {
+    raw: `{"cdp":1,"pad":"${'x'.repeat(100 * 1024)}"}`,
+    headers: { 'content-type': 'application/json' },
+  });
+  t.equal(envelope(t, junk, 400, 'invalid_parameters').field, 'pad', 'the worker path refuses like the inline one');
+  const broken = await s.api.req('POST', '/v1/verify', {
+    raw: `{"cdp":"${'x'.repeat(100 * 1024)}"`,
+    headers: { 'content-type': 'application/json' },
+  });
+  t.match(envelope(t, broken, 400, 'invalid_parameters').message, /^body: malformed JSON/);
+});

@@ -2,8 +2,8 @@
 // verification, keys, health and the error documentation pages.
 import Router from '@koa/router';
 import { ApiError, invalid } from '../../../shared/errors.js';
-import { contactSchema, parseBody, signupSchema, verifySchema } from '../../domain/index.js';
-import { ByteBudget } from '../body.js';
+import { contactSchema, parseBody, parseJsonObject, signupSchema } from '../../domain/index.js';
+import { ByteBudget, readJsonBytes } from '../body.js';
 import type { AppDeps, Ctx } from '../context.js';
 import { errorDocPages } from '../error-docs.js';
 import { ipLimit, json } from '../middleware.js';
@@ -23,6 +23,9 @@ export const PUBLIC_LIMITS = {
   health: 600,
   docs: 600,
 } as const;
+
+/** Verify bodies up to this size are parsed and verified in the request thread (a proof is ~6 KB). */
+export const VERIFY_INLINE_MAX_BYTES = 64 * 1024;
 
 /** Error pages: nothing but the document itself may load (no scripts, styles, frames, forms). */
 const DOCS_CSP = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -62,9 +65,16 @@ export function publicRoutes(d: AppDeps): Router {
   });
 
   r.post('/v1/verify', ipLimit(d, 'verify', PUBLIC_LIMITS.verify), async (ctx: Ctx) => {
-    const b = parseBody(verifySchema, await json(ctx, { limit: d.options.http.verifyMaxBytes, budget: verifyBudget }));
-    if (b.cdp === undefined) throw invalid('cdp', 'is required');
-    ctx.body = s.proofs.verifyHosted(b.cdp);
+    const raw = await readJsonBytes(ctx, {
+      limit: d.options.http.verifyMaxBytes,
+      idleTimeoutMs: d.options.http.bodyIdleTimeoutMs,
+      budget: verifyBudget,
+    });
+    // A large record takes long to parse and verify: off the request thread, one at a time.
+    ctx.body =
+      raw.length <= VERIFY_INLINE_MAX_BYTES
+        ? s.proofs.verifyRequest(parseJsonObject(raw.toString('utf8')))
+        : await s.proofs.verifyRequestJson(raw);
   });
 
   r.get('/v1/capsules/:id/cdp/verify', ipLimit(d, 'cdp-verify', PUBLIC_LIMITS.cdpVerify), async (ctx: Ctx) => {
