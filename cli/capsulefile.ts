@@ -13,7 +13,7 @@ import {
   parseCapsulefileYaml,
   type CapsulefileDefinition,
   type CapsulefileFileEntry,
-} from '../control-plane/capsulefile/index.js';
+} from '../control-plane/index.js';
 import { loadConfig, type Config } from './capsulefile/config.js';
 
 const USAGE = `usage: capsule capsulefile hash DIR

@@ -11,6 +11,12 @@ import { FREE_LIMITS, type PaidTierTable } from './domain/index.js';
 export type DatabaseConfig =
   { driver: 'sqlite'; file: string; synchronous: 'full' | 'normal' } | { driver: 'postgresql'; url: string };
 
+/** Where the master key lives; generateIfMissing only for the embedded SQLite default. */
+export interface MasterKeyConfig {
+  file: string;
+  generateIfMissing: boolean;
+}
+
 export interface Config {
   host: string;
   port: number;
@@ -45,6 +51,8 @@ export interface Config {
     'free' | 'starter' | 'business' | 'enterprise',
     { max_memory_mb: number; max_capsulefiles: number | null }
   >;
+  /** The key that seals secrets at rest (CAPSULE_MASTER_KEY_FILE; embedded default: <dataDir>/master.key); null = not configured. */
+  masterKey: MasterKeyConfig | null;
 }
 
 /** The HTTP edge's bounds; defaults in DEFAULT_HTTP_LIMITS, documented in docs/CONTROL_PLANE.md. */
@@ -116,7 +124,9 @@ function httpLimits(env: NodeJS.ProcessEnv): HttpLimits {
   return out;
 }
 
-export class ConfigError extends Error {}
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
 
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 const policy = (name: string): string => resolve(repoRoot, 'policies', name);
@@ -232,6 +242,14 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     if (egressSocketDir.length > SOCKET_DIR_MAX)
       egressSocketDir = `/tmp/capsule-egress-${createHash('sha256').update(dataDir).digest('hex').slice(0, 16)}`;
   }
+  // Secrets at rest are sealed under the operator's master key. Only the embedded
+  // SQLite default may generate one (in its data dir); PostgreSQL installs supply it.
+  // The server refuses to start without one (requireMasterKey); admin commands do not need it.
+  let masterKey: MasterKeyConfig | null = null;
+  if (env.CAPSULE_MASTER_KEY)
+    throw new ConfigError('CAPSULE_MASTER_KEY: not accepted inline; use CAPSULE_MASTER_KEY_FILE');
+  if (env.CAPSULE_MASTER_KEY_FILE) masterKey = { file: resolve(env.CAPSULE_MASTER_KEY_FILE), generateIfMissing: false };
+  else if (database.driver === 'sqlite') masterKey = { file: resolve(dataDir, 'master.key'), generateIfMissing: true };
   const port = portRaw;
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
@@ -260,7 +278,16 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     egressExtraCaPem,
     egressSocketDir,
     capsulefileLimits,
+    masterKey,
   };
+}
+
+/** The master key setting the server needs; a PostgreSQL install without one does not start. */
+export function requireMasterKey(c: Config): MasterKeyConfig {
+  if (c.masterKey) return c.masterKey;
+  throw new ConfigError(
+    'CAPSULE_MASTER_KEY_FILE: required with PostgreSQL (a file holding 32 random bytes as base64 or hex, e.g. from `openssl rand -base64 32`); the install never generates secrets',
+  );
 }
 
 /** `loadConfig` over this process's environment (the CLI's entry). */

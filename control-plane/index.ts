@@ -3,3 +3,11 @@ export { loadConfig, loadConfigFromProcess, ConfigError, type Config, type Confi
 export { startControlPlane, type ControlPlane, type StartOptions } from './server.js';
 export { setTier, AdminError } from './admin.js';
 export { ReconnectingRunner } from './runner/index.js';
+export {
+  CAPSULEFILE_YAML,
+  contentHash,
+  fileSizeProblem,
+  parseCapsulefileYaml,
+  type CapsulefileDefinition,
+  type CapsulefileFileEntry,
+} from './capsulefile/index.js';

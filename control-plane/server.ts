@@ -6,19 +6,14 @@ import { pino, type Logger } from 'pino';
 import { createNodeCrypto } from '../shared/node/crypto-node.js';
 import type { CryptoProvider } from '../shared/proof/index.js';
 import type { RunnerPort } from '../shared/runner-protocol.js';
-import type { Config } from './config.js';
+import { requireMasterKey, type Config } from './config.js';
+import { EnvelopeBox } from './secrets/envelope.js';
+import { loadMasterKey } from './secrets/master-key.js';
 import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
 import { capConnectionsPerSource, createApp, RateLimiter, type ConnectionGuard } from './http/app.js';
-import {
-  buildServices,
-  readSystemCapsulefiles,
-  loadRegulatoryMapping,
-  systemClock,
-  systemRandom,
-  type RecoveryReport,
-  type Services,
-} from './service/index.js';
+import { loadRegulatoryMapping, readSystemCapsulefiles } from './policy/index.js';
+import { buildServices, systemClock, systemRandom, type RecoveryReport, type Services } from './service/index.js';
 import { HostBaseImage } from './base-image/index.js';
 import type { BaseImage } from './capsulefile/index.js';
 import { openStores } from './store/index.js';
@@ -59,6 +54,9 @@ export async function startControlPlane(
   const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'control-plane' } });
   const clock = opts.clock ?? systemClock;
   const random = opts.random ?? systemRandom;
+  const masterKey = loadMasterKey(requireMasterKey(config), logger);
+  const secrets = new EnvelopeBox(masterKey);
+  masterKey.fill(0);
   const { store, capsulefiles, egressProfiles } = await openStores(config.database);
   const egress = new ProxyEgress({
     socketDir: config.egressSocketDir,
@@ -73,6 +71,7 @@ export async function startControlPlane(
     store,
     capsulefiles,
     egressProfiles,
+    secrets,
     egress,
     baseImage: opts.baseImage ?? new HostBaseImage(),
     capsulefileLimits: config.capsulefileLimits,
@@ -141,6 +140,7 @@ export async function startControlPlane(
       server.closeAllConnections();
       await new Promise<void>((res) => server.close(() => res()));
       await store.close();
+      secrets.destroy();
     },
   };
 }

@@ -229,3 +229,15 @@ export interface EgressLauncher {
 
 /** A profile/declaration/policy the egress layer cannot enforce: the message names the field. */
 export class EgressConfigError extends Error {}
+
+/**
+ * Encryption of secrets at rest under the operator's master key (adapter:
+ * control-plane/secrets/envelope.ts). `context` binds a value to where it is
+ * stored (e.g. `webhook:<id>:signing_secret`): opening it under any other
+ * context fails.
+ */
+export interface SecretBox {
+  sealString(plaintext: string, context: string): string;
+  /** Throws when the value was sealed under another key or context, or was altered. */
+  openString(sealed: string, context: string): string;
+}

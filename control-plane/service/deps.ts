@@ -2,7 +2,16 @@
 import type { CryptoProvider } from '../../shared/proof/index.js';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
 import type { BaseImage, CapsulefileStore } from '../capsulefile/index.js';
-import type { Clock, EgressLauncher, EgressProfileStore, Random, Store, Tier, TierTable } from '../domain/index.js';
+import type {
+  Clock,
+  EgressLauncher,
+  EgressProfileStore,
+  Random,
+  SecretBox,
+  Store,
+  Tier,
+  TierTable,
+} from '../domain/index.js';
 import type { RegulatoryMapping } from './regulatory.js';
 
 /** The subset of a pino logger the services use. */
@@ -16,6 +25,8 @@ export interface Deps {
   store: Store;
   capsulefiles: CapsulefileStore;
   egressProfiles: EgressProfileStore;
+  /** Seals and opens secrets stored at rest (under the operator's master key). */
+  secrets: SecretBox;
   /** Starts a capsule's sealed egress layer; null = this install serves no egress (profiles give 503 at capsule create). */
   egress: EgressLauncher | null;
   /** Answers which declared Capsulefile packages the capsule base image lacks. */

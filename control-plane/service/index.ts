@@ -12,14 +12,13 @@ import { Sweeper } from './sweeper.js';
 
 export type { Deps, Log } from './deps.js';
 export { systemClock, systemRandom, isoMicros, cycleStart } from './clock.js';
-export { loadRegulatoryMapping, regulatoryContext, type RegulatoryMapping } from './regulatory.js';
+export { parseRegulatoryMapping, regulatoryContext, type RegulatoryMapping } from './regulatory.js';
 export { publicLimits, SIGNUP_WARNING } from './accounts.js';
 export { API_KEY_RE, hashApiKey, sha512Prefixed, newId } from './ids.js';
 export type { RecoveryReport } from './recovery.js';
 export { RecoveryGate } from './recovery.js';
 export type { DestroyTrigger } from './destruction.js';
 export { DEFAULT_TTL_SECONDS } from './capsules.js';
-export { readSystemCapsulefiles } from './system-capsulefiles.js';
 export type { CapsulefileDetail } from './capsulefiles.js';
 
 export interface Services {

@@ -1,6 +1,5 @@
 // Builds `regulatory_context` from the policy file: a reference map filtered
 // by jurisdiction, relationship always `related_to`, never a compliance status.
-import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 import { z } from 'zod';
 import type { RegulatoryContext } from '../../shared/proof/index.js';
@@ -22,8 +21,9 @@ const file = z.strictObject({
 });
 export type RegulatoryMapping = z.infer<typeof file>;
 
-export function loadRegulatoryMapping(path: string): RegulatoryMapping {
-  return file.parse(parse(readFileSync(path, 'utf8')));
+/** Parses and checks the mapping's YAML text (policies/regulatory-mapping.yaml); throws on any deviation. */
+export function parseRegulatoryMapping(yamlText: string): RegulatoryMapping {
+  return file.parse(parse(yamlText));
 }
 
 export function regulatoryContext(map: RegulatoryMapping, jurisdiction: string): RegulatoryContext {

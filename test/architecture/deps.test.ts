@@ -112,14 +112,56 @@ t.test('control-plane domain has no I/O and depends on no adapter', async (t) =>
   }
 });
 
+/** control-plane folders that do I/O (adapters); domain/ and capsulefile/ are pure, service/ only sequences. */
+const ADAPTERS = ['store', 'http', 'runner', 'egress', 'secrets', 'base-image', 'policy'];
+
 t.test('control-plane adapters do not import each other', async (t) => {
-  const adapters = ['store', 'http', 'runner', 'egress'];
+  const adapters = ADAPTERS;
   for (const a of adapters) {
     for (const file of sources(`control-plane/${a}`)) {
       for (const imp of imports(file)) {
         const other = adapters.find((b) => b !== a && imp.target?.startsWith(`control-plane/${b}/`));
         t.notOk(other, `${file} (adapter ${a}) imports adapter ${other}: ${imp.spec}`);
       }
+    }
+  }
+});
+
+t.test('control-plane services depend on ports, never on adapters', async (t) => {
+  const files = sources('control-plane/service');
+  t.ok(files.length > 0);
+  for (const file of files) {
+    for (const imp of imports(file)) {
+      const adapter = ADAPTERS.find((a) => imp.target?.startsWith(`control-plane/${a}/`));
+      t.notOk(adapter, `${file} imports adapter ${adapter}: ${imp.spec}`);
+      t.notOk(
+        /^(node:(fs|net|http|https|child_process)|koa|@koa\/|@mikro-orm\/|pg$)/.test(imp.spec),
+        `${file} imports ${imp.spec}`,
+      );
+    }
+  }
+});
+
+t.test('control-plane/capsulefile is domain: no I/O, no adapters', async (t) => {
+  const files = sources('control-plane/capsulefile');
+  t.ok(files.length > 0);
+  for (const file of files) {
+    for (const imp of imports(file)) {
+      t.notOk(/^(node:|koa|@koa\/|@mikro-orm\/|pg$|pino)/.test(imp.spec), `${file} imports ${imp.spec}`);
+      if (imp.target?.startsWith('control-plane/'))
+        t.ok(
+          imp.target.startsWith('control-plane/capsulefile/') || imp.target.startsWith('control-plane/domain/'),
+          `${file} -> ${imp.spec}`,
+        );
+    }
+  }
+});
+
+t.test('the CLI reaches the control plane only through control-plane/index.ts', async (t) => {
+  for (const file of sources('cli')) {
+    for (const imp of imports(file)) {
+      if (imp.target?.startsWith('control-plane/'))
+        t.equal(imp.target, 'control-plane/index.js', `${file} -> ${imp.spec}`);
     }
   }
 });

@@ -1,7 +1,7 @@
 // Test harness: a fresh database per test (unique SQLite file, or a uniquely
 // named PostgreSQL database created and dropped here), a control plane on
 // port 0, and a small HTTP client. Both drivers run every suite.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -52,11 +52,18 @@ export async function freshDb(driver: Driver): Promise<FreshDb> {
   };
 }
 
+/** Writes an operator master key file (0600) into dir, as an operator would, and returns its path. */
+export function testMasterKeyFile(dir: string): string {
+  const file = join(dir, 'operator-master.key');
+  writeFileSync(file, randomBytes(32).toString('base64'), { mode: 0o600 });
+  return file;
+}
+
 /** A config on `dbUrl` with its own temp data dir (remove `config.dataDir` when done). */
 export function testConfig(dbUrl: string, env: Record<string, string> = {}): Config {
   const dataDir = mkdtempSync(join(tmpdir(), 'cp-data-'));
   return loadConfig(
-    { CAPSULE_DATA_DIR: dataDir, LOG_LEVEL: 'silent', ...env },
+    { CAPSULE_DATA_DIR: dataDir, LOG_LEVEL: 'silent', CAPSULE_MASTER_KEY_FILE: testMasterKeyFile(dataDir), ...env },
     { port: 0, databaseUrl: dbUrl, runnerSocket: null },
   );
 }

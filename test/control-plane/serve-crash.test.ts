@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { verifyProof } from '../../shared/proof/index.js';
 import { removeStateDir, reserveUidBlock } from '../helpers/runner.js';
-import { Api, DRIVERS, envelope, freshDb } from './harness.js';
+import { Api, DRIVERS, envelope, freshDb, testMasterKeyFile } from './harness.js';
 
 const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
 
@@ -70,6 +70,7 @@ for (const driver of DRIVERS) {
     const env: NodeJS.ProcessEnv = {
       PATH: process.env.PATH,
       DATABASE_URL: db.url,
+      CAPSULE_MASTER_KEY_FILE: testMasterKeyFile(dataDir),
       LOG_LEVEL: 'info',
       CAPSULE_RATE_LIMITS: 'off',
       CAPSULE_RUNNER_UID_BASE: String(uids.base),
