@@ -18,8 +18,6 @@ export interface ReadOptions {
   idleTimeoutMs: number;
   /** Shared bound on bytes held by concurrent readers of one route (see ByteBudget). */
   budget?: ByteBudget;
-  /** Names the bound in a 413 (default "body"). */
-  what?: string;
 }
 
 /**
@@ -39,9 +37,6 @@ export class ByteBudget {
   give(n: number): void {
     this.used = Math.max(0, this.used - n);
   }
-  inUse(): number {
-    return this.used;
-  }
 }
 
 const busy = (): ApiError =>
@@ -51,9 +46,8 @@ const busy = (): ApiError =>
 
 /** Reads the whole body within the bounds of `o`; budget taken is given back when the response closes. */
 async function readBounded(ctx: Context, o: ReadOptions): Promise<Buffer> {
-  const what = o.what ?? 'body';
   const tooLarge = (): ApiError =>
-    new ApiError('payload_too_large', `${what}: exceeds ${o.limit} bytes`, { extra: { field: 'body' } });
+    new ApiError('payload_too_large', `body: exceeds ${o.limit} bytes`, { extra: { field: 'body' } });
   const declared = Number(ctx.get('content-length') || NaN);
   if (Number.isFinite(declared) && declared > o.limit) throw tooLarge();
   const budget = o.budget;

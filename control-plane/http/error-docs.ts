@@ -53,7 +53,7 @@ const GUIDES: Record<ErrorCode, Guide> = {
   tier_required: {
     title: 'Higher tier required',
     cause: 'The endpoint or field needs a higher tier, for example egress profiles (Team and above).',
-    fix: 'Upgrade the account (`POST /v1/billing/checkout`) or leave out the field.',
+    fix: 'Move the account to a higher tier, or leave out the field.',
     message: 'egress_profile_id: egress profiles need the Team tier or higher',
   },
   resource_not_found: {

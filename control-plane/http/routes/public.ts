@@ -111,6 +111,7 @@ export function publicRoutes(d: AppDeps): Router {
   r.get('/docs/errors/:code', ipLimit(d, 'docs', PUBLIC_LIMITS.docs), async (ctx: Ctx) => {
     const page = docs.get(ctx.params.code ?? '');
     if (!page) throw new ApiError('resource_not_found', 'no such error code');
+    ctx.vary('Accept');
     if (ctx.accepts('html', 'json') === 'json') {
       ctx.body = page.json;
       return;
