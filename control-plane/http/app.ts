@@ -11,6 +11,7 @@ import { sessionRoutes } from './routes/sessions.js';
 export type { AppDeps, HttpOptions } from './context.js';
 export { ERROR_TABLE, renderError } from './errors.js';
 export { RateLimiter } from './rate-limit.js';
+export { capConnectionsPerSource, type ConnectionGuard } from './connections.js';
 
 export function createApp(d: AppDeps): Koa {
   const app = new Koa({ proxy: false });
