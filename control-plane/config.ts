@@ -6,7 +6,7 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import type { PaidTierTable, PriceTable } from './domain/index.js';
+import { FREE_LIMITS, type PaidTierTable, type PriceTable } from './domain/index.js';
 import { METERED, toMicros, TIERS } from './domain/index.js';
 
 export type DatabaseConfig =
@@ -33,8 +33,10 @@ export interface Config {
   /** Per-IP and per-customer limits; only benchmarks turn them off. */
   rateLimits: boolean;
   sweepIntervalMs: number;
-  /** Bound on one upload body (the runner has its own bound too). */
-  uploadMaxBytes: number;
+  /** Install-wide ceiling on one upload body over every tier's `upload_max_bytes`; null = the tier values alone. */
+  uploadMaxBytes: number | null;
+  /** Bounds of the HTTP listener (hostile clients: connection floods, slow clients, oversized bodies). */
+  http: HttpLimits;
   paidTiers: PaidTierTable;
   regulatoryMappingFile: string;
   logLevel: string;
@@ -74,6 +76,75 @@ export interface StripeConfig {
   cancelUrl: string | null;
 }
 
+/** The HTTP edge's bounds; defaults in DEFAULT_HTTP_LIMITS, documented in docs/CONTROL_PLANE.md. */
+export interface HttpLimits {
+  /** Open connections per source address (IPv6: per /64); a connection over it gets a 429 and is closed. */
+  maxConnectionsPerIp: number;
+  /** Kernel queue of connections not yet accepted (listen backlog; Linux caps it at net.core.somaxconn). */
+  listenBacklog: number;
+  /** Whole request head must arrive within this (node:http headersTimeout; also bounds a silent new connection). */
+  headersTimeoutMs: number;
+  /** Whole request (head and body) must arrive within this (node:http requestTimeout). */
+  requestTimeoutMs: number;
+  /** A request body that sends nothing for this long is refused (400 naming `body`) and the connection closed. */
+  bodyIdleTimeoutMs: number;
+  /** An idle keep-alive connection is closed after this. */
+  keepAliveTimeoutMs: number;
+  /** Requests served on one connection before it is closed. */
+  maxRequestsPerSocket: number;
+  /** Bytes of request line plus headers (node:http maxHeaderSize; over it: 431). */
+  maxHeaderBytes: number;
+  /** Body bound of POST /v1/verify (a busy capsule's AuditRecord is large). */
+  verifyMaxBytes: number;
+  /** Verify bodies of all clients together held in memory at once; past it: 503 with Retry-After. */
+  verifyInflightBytes: number;
+}
+
+export const DEFAULT_HTTP_LIMITS: HttpLimits = Object.freeze({
+  maxConnectionsPerIp: 256,
+  // A burst of connections beyond the backlog stalls every client's handshake for a SYN-ACK retransmit (1 s+).
+  listenBacklog: 4096,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 300_000,
+  bodyIdleTimeoutMs: 15_000,
+  // Longer than clients' idle keep-alive (undici: 4 s), so a client never reuses a socket we just closed.
+  keepAliveTimeoutMs: 65_000,
+  maxRequestsPerSocket: 1000,
+  maxHeaderBytes: 16 * 1024,
+  verifyMaxBytes: 16 * 1024 * 1024,
+  verifyInflightBytes: 64 * 1024 * 1024,
+});
+
+const HTTP_ENV: Record<keyof HttpLimits, [string, number]> = {
+  maxConnectionsPerIp: ['CAPSULE_HTTP_MAX_CONNECTIONS_PER_IP', 1],
+  listenBacklog: ['CAPSULE_HTTP_LISTEN_BACKLOG', 1],
+  headersTimeoutMs: ['CAPSULE_HTTP_HEADERS_TIMEOUT_MS', 100],
+  requestTimeoutMs: ['CAPSULE_HTTP_REQUEST_TIMEOUT_MS', 100],
+  bodyIdleTimeoutMs: ['CAPSULE_HTTP_BODY_IDLE_TIMEOUT_MS', 100],
+  keepAliveTimeoutMs: ['CAPSULE_HTTP_KEEP_ALIVE_TIMEOUT_MS', 100],
+  maxRequestsPerSocket: ['CAPSULE_HTTP_MAX_REQUESTS_PER_SOCKET', 1],
+  maxHeaderBytes: ['CAPSULE_HTTP_MAX_HEADER_BYTES', 1024],
+  verifyMaxBytes: ['CAPSULE_VERIFY_MAX_BYTES', 1024],
+  verifyInflightBytes: ['CAPSULE_VERIFY_INFLIGHT_BYTES', 1024],
+};
+
+function httpLimits(env: NodeJS.ProcessEnv): HttpLimits {
+  const out = { ...DEFAULT_HTTP_LIMITS };
+  for (const [k, [name, min]] of Object.entries(HTTP_ENV) as [keyof HttpLimits, [string, number]][]) {
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    const v = Number(raw);
+    if (!Number.isSafeInteger(v) || v < min) throw new ConfigError(`${name}: an integer of at least ${min}`);
+    out[k] = v;
+  }
+  // node:http refuses a head timeout longer than the whole-request timeout.
+  if (out.headersTimeoutMs > out.requestTimeoutMs)
+    throw new ConfigError('CAPSULE_HTTP_HEADERS_TIMEOUT_MS: at most CAPSULE_HTTP_REQUEST_TIMEOUT_MS');
+  if (out.verifyMaxBytes > out.verifyInflightBytes)
+    throw new ConfigError('CAPSULE_VERIFY_MAX_BYTES: at most CAPSULE_VERIFY_INFLIGHT_BYTES');
+  return out;
+}
+
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }
@@ -81,11 +152,18 @@ export class ConfigError extends Error {
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 const policy = (name: string): string => resolve(repoRoot, 'policies', name);
 
+// Integers only (SPEC `limits`); the counters they bound are 32-bit database integers.
+const count = z
+  .number()
+  .int()
+  .positive()
+  .max(2 ** 31 - 1);
 const tierRow = z.strictObject({
-  capsules_per_month: z.number().int().positive().nullable(),
-  max_ttl_seconds: z.number().int().positive(),
-  concurrent_capsules: z.number().int().positive().nullable(),
-  rate_limit_rpm: z.number().int().positive(),
+  capsules_per_month: count,
+  max_ttl_seconds: count,
+  concurrent_capsules: count,
+  rate_limit_rpm: count,
+  upload_max_bytes: z.number().int().positive().max(Number.MAX_SAFE_INTEGER),
 });
 const tierTable = z.strictObject({ starter: tierRow, business: tierRow, enterprise: tierRow });
 
@@ -218,6 +296,11 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
       `CAPSULE_TIERS_FILE (${tiersFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`,
     );
   }
+  for (const [tier, row] of Object.entries(paid))
+    if (row.upload_max_bytes < FREE_LIMITS.upload_max_bytes)
+      throw new ConfigError(
+        `CAPSULE_TIERS_FILE (${tiersFile}): ${tier}.upload_max_bytes: at least Free's ${FREE_LIMITS.upload_max_bytes}`,
+      );
   const cfLimitsFile = env.CAPSULE_CAPSULEFILE_LIMITS_FILE ?? policy('capsulefile-tier-limits.yaml');
   let capsulefileLimits: Config['capsulefileLimits'];
   try {
@@ -276,8 +359,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
   if (!Number.isFinite(sweep) || sweep < 50) throw new ConfigError('CAPSULE_SWEEP_INTERVAL_MS: at least 50');
-  const upload = Number(env.CAPSULE_UPLOAD_MAX_BYTES ?? 64 * 1024 * 1024);
-  if (!Number.isInteger(upload) || upload < 1) throw new ConfigError('CAPSULE_UPLOAD_MAX_BYTES: a positive integer');
+  const upload = env.CAPSULE_UPLOAD_MAX_BYTES ? Number(env.CAPSULE_UPLOAD_MAX_BYTES) : null;
+  if (upload !== null && (!Number.isSafeInteger(upload) || upload < 1))
+    throw new ConfigError('CAPSULE_UPLOAD_MAX_BYTES: a positive integer');
   return {
     host: env.CAPSULE_HOST ?? '127.0.0.1',
     port,
@@ -290,6 +374,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     rateLimits: bool(env.CAPSULE_RATE_LIMITS, true),
     sweepIntervalMs: sweep,
     uploadMaxBytes: upload,
+    http: httpLimits(env),
     paidTiers: paid,
     regulatoryMappingFile: env.CAPSULE_REGULATORY_MAPPING ?? policy('regulatory-mapping.yaml'),
     logLevel: env.LOG_LEVEL ?? 'info',

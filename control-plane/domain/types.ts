@@ -19,10 +19,12 @@ export const LIVE_STATUSES: readonly CapsuleStatus[] = ['active', 'executing'];
 export type ApiForm = 'capsule' | 'session';
 
 export interface Limits {
-  capsules_per_month: number | null;
+  capsules_per_month: number;
   max_ttl_seconds: number;
-  concurrent_capsules: number | null;
+  concurrent_capsules: number;
   rate_limit_rpm: number;
+  /** Bound on one upload body (413 above it); the runner and capsule tmpfs bound it too. */
+  upload_max_bytes: number;
   /** Proofs per billing cycle; null = unlimited (SPEC: `cdp_limit`). */
   cdp_limit: number | null;
 }

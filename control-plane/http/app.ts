@@ -14,6 +14,7 @@ import { sessionRoutes } from './routes/sessions.js';
 export type { AppDeps, HttpOptions } from './context.js';
 export { ERROR_TABLE, renderError } from './errors.js';
 export { RateLimiter } from './rate-limit.js';
+export { capConnectionsPerSource, type ConnectionGuard } from './connections.js';
 export { requireMfa } from './mfa.js';
 
 export function createApp(d: AppDeps): Koa {

@@ -13,17 +13,19 @@ export const SIGNUP_WARNING =
   'Store this API key now: it is shown once and cannot be retrieved. A lost key needs a rotation through support.';
 
 /**
- * The `limits` object of the SPEC (cdp_limit lives under usage).
- * `max_lifetime_seconds` is the self-hosted name of `max_ttl_seconds` (SPEC
- * "Self-hosted additions"): both are sent, with the same value.
+ * The `limits` object of the SPEC, integers only, plus the tier's upload bound
+ * (cdp_limit lives under usage). `max_lifetime_seconds` is the self-hosted
+ * name of `max_ttl_seconds` (SPEC "Self-hosted additions"): both are sent,
+ * with the same value.
  */
-export function publicLimits(l: Limits): Record<string, number | null> {
+export function publicLimits(l: Limits): Record<string, number> {
   return {
     capsules_per_month: l.capsules_per_month,
     max_ttl_seconds: l.max_ttl_seconds,
     max_lifetime_seconds: l.max_ttl_seconds,
     concurrent_capsules: l.concurrent_capsules,
     rate_limit_rpm: l.rate_limit_rpm,
+    upload_max_bytes: l.upload_max_bytes,
   };
 }
 

@@ -2,7 +2,7 @@
 // output. Every step that touches customer data records its activity event
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
-import type { ExecResult, FileEntry } from '../../shared/runner-protocol.js';
+import type { ExecRequest, ExecResult, FileEntry } from '../../shared/runner-protocol.js';
 import type {
   ApiForm,
   Caller,
@@ -20,7 +20,7 @@ import { newId, sha512Prefixed } from './ids.js';
 import { usageEntry } from './usage.js';
 import { fromRunner } from './runner-errors.js';
 import type { RecoveryGate } from './recovery.js';
-import { notFound as capsulefileNotFound, type CapsulefileService } from './capsulefiles.js';
+import { notFound as capsulefileNotFound, unmetPackagesWhy, type CapsulefileService } from './capsulefiles.js';
 import { profileNotFound, requireEgressTier, type EgressProfileService } from './egress-profiles.js';
 import { gate, type EgressSessions } from './egress-sessions.js';
 
@@ -113,13 +113,10 @@ export class CapsuleService {
     const pinned =
       input.capsulefile_id === undefined ? null : await this.capsulefiles.forCapsule(caller, input.capsulefile_id);
     const def = pinned?.capsulefile.definition;
+    // Checked at Capsulefile create and finalize too; again here in case the base image changed since.
     if (def?.packages) {
-      const missing = await this.d.baseImage.missingPackages(def.packages);
-      if (missing.length > 0)
-        throw invalid(
-          'capsulefile_id',
-          `declared package ${missing.join(', ')} is not in the base image (packages are never downloaded)`,
-        );
+      const unmet = await this.d.baseImage.unmetPackages(def.packages);
+      if (unmet.length > 0) throw invalid('capsulefile_id', unmetPackagesWhy(unmet));
     }
     // Capsulefile defaults apply under the request's own values, then the tier caps.
     const ttl = Math.min(input.ttl ?? def?.default_ttl ?? DEFAULT_TTL_SECONDS, limits.max_ttl_seconds);
@@ -297,6 +294,8 @@ export class CapsuleService {
       input_data?: string | undefined;
       input_filename?: string | undefined;
       timeout?: number | undefined;
+      /** Working directory inside the capsule (runner default: /data). */
+      cwd?: ExecRequest['cwd'];
     },
     form?: ApiForm,
   ): Promise<ExecResult> {
@@ -326,6 +325,7 @@ export class CapsuleService {
         timeout_ms: timeoutS * 1000,
         ...(req.input_data !== undefined ? { input_b64: Buffer.from(req.input_data, 'utf8').toString('base64') } : {}),
         ...(req.input_filename !== undefined ? { input_filename: req.input_filename } : {}),
+        ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
       };
       try {
         result = await this.d.runner.exec(execReq);

@@ -29,6 +29,7 @@ for (const driver of DRIVERS) {
         max_lifetime_seconds: 300,
         concurrent_capsules: 3,
         rate_limit_rpm: 20,
+        upload_max_bytes: 16 * 1024 * 1024,
       });
       t.match(r.body.warning, /shown once/);
       t.match(r.headers.get('x-svc-request-id'), /^req_[0-9a-f]{24}$/);

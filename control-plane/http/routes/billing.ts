@@ -21,7 +21,7 @@ export function billingRoutes(d: AppDeps): Router {
   });
 
   r.post('/v1/billing/webhook', ipLimit(d, 'billing-webhook', WEBHOOK_PER_MINUTE), async (ctx: Ctx) => {
-    const payload = await readRaw(ctx, WEBHOOK_BODY_LIMIT);
+    const payload = await readRaw(ctx, { limit: WEBHOOK_BODY_LIMIT, idleTimeoutMs: ctx.state.http.bodyIdleTimeoutMs });
     ctx.body = await s.billing.webhook(payload, ctx.get('stripe-signature'));
   });
 
