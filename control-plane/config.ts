@@ -6,7 +6,8 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { FREE_LIMITS, type PaidTierTable } from './domain/index.js';
+import { FREE_LIMITS, type PaidTierTable, type PriceTable } from './domain/index.js';
+import { METERED, toMicros, TIERS } from './domain/index.js';
 
 export type DatabaseConfig =
   { driver: 'sqlite'; file: string; synchronous: 'full' | 'normal' } | { driver: 'postgresql'; url: string };
@@ -53,6 +54,26 @@ export interface Config {
   >;
   /** The key that seals secrets at rest (CAPSULE_MASTER_KEY_FILE; embedded default: <dataDir>/master.key); null = not configured. */
   masterKey: MasterKeyConfig | null;
+  /** Price table of the usage estimate (CAPSULE_PRICES_FILE, default policies/prices.yaml). */
+  prices: PriceTable;
+  stripe: StripeConfig;
+}
+
+/** Billing through Stripe; each part is optional and its endpoint answers 503 naming the missing setting. */
+export interface StripeConfig {
+  /** CAPSULE_STRIPE_SECRET_KEY[_FILE]. */
+  secretKey: string | null;
+  /** CAPSULE_STRIPE_WEBHOOK_SECRET[_FILE]. */
+  webhookSecret: string | null;
+  /** CAPSULE_STRIPE_PRICE_STARTER / _BUSINESS: Stripe price ids of the two self-service tiers. */
+  prices: { starter: string | null; business: string | null };
+  /** CAPSULE_STRIPE_API_BASE: an http(s)://host:port the SDK calls instead of Stripe. */
+  apiBase: URL | null;
+  /** CAPSULE_STRIPE_CA_FILE: PEM trust anchor added for the API base. */
+  caPem: string | null;
+  /** CAPSULE_STRIPE_SUCCESS_URL / _CANCEL_URL; null = under the base URL. */
+  successUrl: string | null;
+  cancelUrl: string | null;
 }
 
 /** The HTTP edge's bounds; defaults in DEFAULT_HTTP_LIMITS, documented in docs/CONTROL_PLANE.md. */
@@ -145,6 +166,90 @@ const tierRow = z.strictObject({
   upload_max_bytes: z.number().int().positive().max(Number.MAX_SAFE_INTEGER),
 });
 const tierTable = z.strictObject({ starter: tierRow, business: tierRow, enterprise: tierRow });
+
+const decimal = z.string().refine((v) => toMicros(v) !== null, 'a decimal string with at most 6 places');
+const tierPrice = z.strictObject({
+  base_fee: decimal,
+  metered: z.strictObject(
+    Object.fromEntries(
+      METERED.map((m) => [m, z.strictObject({ included: z.number().int().min(0), unit_price: decimal })]),
+    ) as Record<(typeof METERED)[number], z.ZodObject<{ included: z.ZodNumber; unit_price: typeof decimal }>>,
+  ),
+});
+const priceFile = z.strictObject({
+  currency: z.string().regex(/^[a-z]{3}$/, 'an ISO 4217 code in lower case'),
+  tiers: z.strictObject(
+    Object.fromEntries(TIERS.map((t) => [t, tierPrice])) as Record<(typeof TIERS)[number], typeof tierPrice>,
+  ),
+});
+
+function loadPrices(file: string): PriceTable {
+  let raw: z.infer<typeof priceFile>;
+  try {
+    raw = priceFile.parse(parseYaml(readFileSync(file, 'utf8')));
+  } catch (e) {
+    const msg =
+      e instanceof z.ZodError
+        ? `${e.issues[0]?.path.join('.')}: ${e.issues[0]?.message}`
+        : e instanceof Error
+          ? e.message.split('\n')[0]
+          : String(e);
+    throw new ConfigError(`CAPSULE_PRICES_FILE (${file}): ${msg}`);
+  }
+  const micros = (v: string): number => toMicros(v) as number;
+  const tiers = Object.fromEntries(
+    TIERS.map((t) => {
+      const p = raw.tiers[t];
+      const metered = Object.fromEntries(
+        METERED.map((m) => [m, { included: p.metered[m].included, unit_price: micros(p.metered[m].unit_price) }]),
+      );
+      return [t, { base_fee: micros(p.base_fee), metered }];
+    }),
+  ) as PriceTable['tiers'];
+  return { currency: raw.currency, tiers };
+}
+
+function stripeConfig(env: NodeJS.ProcessEnv): StripeConfig {
+  let apiBase: URL | null = null;
+  const base = env.CAPSULE_STRIPE_API_BASE;
+  if (base) {
+    try {
+      apiBase = new URL(base);
+    } catch {
+      apiBase = null;
+    }
+    if (!apiBase || !/^https?:$/.test(apiBase.protocol) || (apiBase.pathname !== '/' && apiBase.pathname !== ''))
+      throw new ConfigError(`CAPSULE_STRIPE_API_BASE: expected http(s)://host[:port], got "${base}"`);
+  }
+  let caPem: string | null = null;
+  if (env.CAPSULE_STRIPE_CA_FILE) {
+    try {
+      caPem = readFileSync(env.CAPSULE_STRIPE_CA_FILE, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`CAPSULE_STRIPE_CA_FILE: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (!caPem.includes('-----BEGIN CERTIFICATE-----'))
+      throw new ConfigError(`CAPSULE_STRIPE_CA_FILE (${env.CAPSULE_STRIPE_CA_FILE}): no PEM certificate in the file`);
+  }
+  const url = (name: string): string | null => {
+    const v = env[name];
+    if (!v) return null;
+    if (!/^https?:\/\/\S+$/.test(v)) throw new ConfigError(`${name}: expected an http(s) URL`);
+    return v;
+  };
+  return {
+    secretKey: secret(env, 'CAPSULE_STRIPE_SECRET_KEY') ?? null,
+    webhookSecret: secret(env, 'CAPSULE_STRIPE_WEBHOOK_SECRET') ?? null,
+    prices: {
+      starter: env.CAPSULE_STRIPE_PRICE_STARTER || null,
+      business: env.CAPSULE_STRIPE_PRICE_BUSINESS || null,
+    },
+    apiBase,
+    caPem,
+    successUrl: url('CAPSULE_STRIPE_SUCCESS_URL'),
+    cancelUrl: url('CAPSULE_STRIPE_CANCEL_URL'),
+  };
+}
 
 /** Reads `NAME` or, for secrets, the file named by `NAME_FILE`. */
 function secret(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -279,6 +384,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     egressSocketDir,
     capsulefileLimits,
     masterKey,
+    prices: loadPrices(env.CAPSULE_PRICES_FILE ?? policy('prices.yaml')),
+    stripe: stripeConfig(env),
   };
 }
 

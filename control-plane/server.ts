@@ -13,11 +13,19 @@ import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
 import { capConnectionsPerSource, createApp, RateLimiter, type ConnectionGuard } from './http/app.js';
 import { loadRegulatoryMapping, readSystemCapsulefiles } from './policy/index.js';
-import { buildServices, systemClock, systemRandom, type RecoveryReport, type Services } from './service/index.js';
+import {
+  buildServices,
+  systemClock,
+  systemRandom,
+  type BillingDeps,
+  type RecoveryReport,
+  type Services,
+} from './service/index.js';
 import { HostBaseImage } from './base-image/index.js';
 import type { BaseImage } from './capsulefile/index.js';
 import { openStores } from './store/index.js';
 import { ProxyEgress, type ProxyEgressOptions } from './egress/index.js';
+import { stripeBilling } from './billing/stripe.js';
 
 export interface ControlPlane {
   url: string;
@@ -57,7 +65,7 @@ export async function startControlPlane(
   const masterKey = loadMasterKey(requireMasterKey(config), logger);
   const secrets = new EnvelopeBox(masterKey);
   masterKey.fill(0);
-  const { store, capsulefiles, egressProfiles } = await openStores(config.database);
+  const { store, capsulefiles, egressProfiles, keys, usage, billing: billingStore } = await openStores(config.database);
   const egress = new ProxyEgress({
     socketDir: config.egressSocketDir,
     extraCaPem: config.egressExtraCaPem,
@@ -67,8 +75,23 @@ export async function startControlPlane(
     onRefusal: (capsuleId, r) =>
       logger.info({ capsule_id: capsuleId, host: r.host, port: r.port, reason: r.reason }, 'egress refused'),
   });
+  // Billing return pages: the operator's, else under the base URL (filled in once the port is known).
+  const billing: BillingDeps = {
+    ...stripeBilling(config.stripe),
+    prices: {
+      ...(config.stripe.prices.starter ? { starter: config.stripe.prices.starter } : {}),
+      ...(config.stripe.prices.business ? { business: config.stripe.prices.business } : {}),
+    },
+    successUrl: config.stripe.successUrl ?? '',
+    cancelUrl: config.stripe.cancelUrl ?? '',
+  };
   const deps = {
     store,
+    keys,
+    usage,
+    billingStore,
+    billing,
+    prices: config.prices,
     capsulefiles,
     egressProfiles,
     secrets,
@@ -108,6 +131,8 @@ export async function startControlPlane(
   const port = (server.address() as AddressInfo).port;
   const baseUrl = config.baseUrl ?? `http://${config.host}:${port}`;
   docsUrl = config.docsUrl ?? `${baseUrl}/docs`;
+  billing.successUrl ||= `${baseUrl}/billing/success?session_id={CHECKOUT_SESSION_ID}`;
+  billing.cancelUrl ||= `${baseUrl}/billing/cancel`;
   const app = createApp({
     services,
     store,

@@ -176,3 +176,24 @@ export function validateMetadata(raw: Record<string, unknown> | undefined): Reco
     throw invalid('metadata', `exceeds ${METADATA_MAX_BYTES} bytes in total`);
   return out;
 }
+
+export const createApiKeySchema = z.strictObject({
+  mode: z.enum(['live', 'test']).optional(),
+});
+
+export const rotateApiKeySchema = z.strictObject({
+  /** How long the old key keeps working; at most 24 h. */
+  grace_seconds: int(0, 24 * 3600).optional(),
+});
+
+export const mfaCodeSchema = z.strictObject({
+  /** A 6-digit TOTP code, or (verify only) a recovery code. */
+  code: z.string().min(1).max(64),
+});
+
+export const checkoutSchema = z.strictObject({
+  tier: z.string().min(1).max(64),
+});
+
+/** A POST that takes no fields (an empty body or `{}`). */
+export const emptyBodySchema = z.strictObject({});

@@ -17,6 +17,7 @@ import { EgressConfigError, LIVE_STATUSES } from '../domain/index.js';
 import { cycleStart, isoMicros } from './clock.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
+import { usageEntry } from './usage.js';
 import { fromRunner } from './runner-errors.js';
 import type { RecoveryGate } from './recovery.js';
 import { notFound as capsulefileNotFound, unmetPackagesWhy, type CapsulefileService } from './capsulefiles.js';
@@ -123,7 +124,13 @@ export class CapsuleService {
       def?.memory_mb === undefined
         ? DEFAULT_MEMORY_MB
         : Math.min(def.memory_mb, this.d.capsulefileLimits[a.tier].max_memory_mb);
-    const outcome = await this.d.store.reserveCapsule(a.customer_id, limits, cycleStart(this.d.clock.nowMs()));
+    const billable = caller.key_mode === 'live';
+    const outcome = await this.d.store.reserveCapsule(
+      a.customer_id,
+      limits,
+      cycleStart(this.d.clock.nowMs()),
+      billable,
+    );
     if (outcome !== 'ok') {
       const what =
         outcome === 'concurrent_capsules'
@@ -152,7 +159,7 @@ export class CapsuleService {
       execution_count: 0,
       bytes_processed: 0,
       destroyed_at: null,
-      billable: caller.key_mode === 'live',
+      billable,
     };
     this.live.creating.add(id);
     try {
@@ -169,7 +176,7 @@ export class CapsuleService {
     memoryMb: number,
     pinned: Awaited<ReturnType<CapsulefileService['forCapsule']>> | null,
   ): Promise<Capsule> {
-    const { id, customer_id: customerId } = capsule;
+    const { id, customer_id: customerId, billable } = capsule;
     const def = pinned?.capsulefile.definition;
     // The proxy starts before the runner's capsule (the runner bridges its socket); its events wait for the row.
     const rowReady = gate();
@@ -187,7 +194,7 @@ export class CapsuleService {
           rowReady,
         );
       } catch (e) {
-        await this.d.store.unreserveCapsule(customerId);
+        await this.d.store.unreserveCapsule(customerId, billable);
         if (e instanceof EgressConfigError) {
           const field = /^(\w+):/.exec(e.message)?.[1] ?? 'egress_profile_id';
           throw new ApiError('invalid_parameters', e.message, { extra: { field } });
@@ -220,33 +227,37 @@ export class CapsuleService {
       });
     } catch (e) {
       await dropEgress();
-      await this.d.store.unreserveCapsule(customerId);
+      await this.d.store.unreserveCapsule(customerId, billable);
       throw fromRunner(e, 'capsule');
     }
     // Nothing half-written: the runner's capsule goes, the slot comes back.
     const undoStarted = async (): Promise<void> => {
       await this.d.runner.destroy(id).catch(() => undefined);
       await dropEgress();
-      await this.d.store.unreserveCapsule(customerId);
+      await this.d.store.unreserveCapsule(customerId, billable);
     };
     let inserted: InsertCapsuleOutcome;
     try {
-      inserted = await this.d.store.insertCapsule(capsule, {
-        type: 'CapsuleStarted',
-        at: capsule.created_at,
-        fields: {
-          data_classification: capsule.data_classification,
-          jurisdiction: capsule.jurisdiction,
-          region: this.d.region,
-          ...(capsule.capsulefile_id !== null
-            ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash }
-            : {}),
-          // The allowlist in force, bound into the trail: profile id and a hash of its rules as snapshotted now.
-          ...(egressRules !== null
-            ? { egress_profile_id: capsule.egress_profile_id, egress_rules_hash: rulesHash(egressRules) }
-            : {}),
+      inserted = await this.d.store.insertCapsule(
+        capsule,
+        {
+          type: 'CapsuleStarted',
+          at: capsule.created_at,
+          fields: {
+            data_classification: capsule.data_classification,
+            jurisdiction: capsule.jurisdiction,
+            region: this.d.region,
+            ...(capsule.capsulefile_id !== null
+              ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash }
+              : {}),
+            // The allowlist in force, bound into the trail: profile id and a hash of its rules as snapshotted now.
+            ...(egressRules !== null
+              ? { egress_profile_id: capsule.egress_profile_id, egress_rules_hash: rulesHash(egressRules) }
+              : {}),
+          },
         },
-      });
+        usageEntry(this.d, 'capsule', 1, capsule.created_at),
+      );
     } catch (e) {
       await undoStarted();
       throw e;
@@ -325,9 +336,12 @@ export class CapsuleService {
       await this.egress.flush(c.id);
       const last = this.live.end(c.id) === 0;
       settled = true;
+      const completedAt = this.d.clock.nowIso();
+      const usage = usageEntry(this.d, 'exec', Math.max(0, Math.round(result.duration_ms)), completedAt);
       const side = {
         executions: 1,
         bytes: inputBytes,
+        usage,
         ...(last ? { move: { from: ['executing'] as const, to: 'active' as const } } : {}),
       };
       if (!this.live.destroying.has(c.id)) {
@@ -341,13 +355,13 @@ export class CapsuleService {
         await this.d.store.appendActivity(
           c.id,
           result.oom_killed ? 'ExecutionOomKilled' : 'ExecutionCompleted',
-          this.d.clock.nowIso(),
+          completedAt,
           fields,
           side,
         );
       } else {
         // Destruction has begun: its DestructionInitiated stays the last event.
-        await this.d.store.addUsage(c.id, 1, inputBytes);
+        await this.d.store.addUsage(c.id, 1, inputBytes, usage);
       }
     } finally {
       if (!settled && this.live.end(c.id) === 0)
