@@ -1,9 +1,15 @@
-// `capsule admin set-tier --email E --tier T [--data-dir DIR]`: operator
-// commands acting on the configured database (DATABASE_URL or the data dir's SQLite).
-import { AdminError, ConfigError, loadConfigFromProcess, setTier } from '../control-plane/index.js';
+// `capsule admin set-tier --email E --tier T [--data-dir DIR]` and
+// `capsule admin rotate-key --email E [--data-dir DIR]`: operator commands
+// acting on the configured database (DATABASE_URL or the data dir's SQLite).
+import { AdminError, ConfigError, loadConfigFromProcess, rotateKey, setTier } from '../control-plane/index.js';
 
-const USAGE =
-  'usage: capsule admin set-tier --email E --tier T [--data-dir DIR]\n       tiers: free, starter (developer), business (team), enterprise\n';
+const USAGE = `usage: capsule admin set-tier --email E --tier T [--data-dir DIR]
+       capsule admin rotate-key --email E [--data-dir DIR]
+       tiers: free, starter (developer), business (team), enterprise
+       rotate-key prints a new live API key and revokes every other key of the account (a lost key)
+`;
+
+const REQUIRED: Record<string, string[]> = { 'set-tier': ['email', 'tier'], 'rotate-key': ['email'] };
 
 export async function main(argv: string[]): Promise<number> {
   const [cmd, ...rest] = argv;
@@ -11,7 +17,8 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(USAGE);
     return 0;
   }
-  if (cmd !== 'set-tier') {
+  const required = cmd === undefined ? undefined : REQUIRED[cmd];
+  if (!required) {
     process.stderr.write(`capsule admin: unknown command ${JSON.stringify(cmd ?? '')}\n${USAGE}`);
     return 2;
   }
@@ -20,20 +27,31 @@ export async function main(argv: string[]): Promise<number> {
     const a = rest[i] ?? '';
     const m = /^--(email|tier|data-dir)(?:=(.*))?$/s.exec(a);
     const v = m ? (m[2] ?? rest[++i]) : undefined;
-    if (!m || v === undefined || v === '') {
+    if (!m || v === undefined || v === '' || (m[1] === 'tier' && cmd !== 'set-tier')) {
       process.stderr.write(`capsule admin: bad option ${JSON.stringify(a)}\n${USAGE}`);
       return 2;
     }
     opts[m[1] ?? ''] = v;
   }
-  if (!opts.email || !opts.tier) {
-    process.stderr.write(`capsule admin: --email and --tier are required\n${USAGE}`);
+  const missing = required.filter((o) => !opts[o]);
+  if (missing.length > 0) {
+    process.stderr.write(`capsule admin: ${missing.map((o) => `--${o}`).join(' and ')} required\n${USAGE}`);
     return 2;
   }
+  const email = opts.email ?? '';
   try {
     const config = loadConfigFromProcess(opts['data-dir'] ? { dataDir: opts['data-dir'] } : {});
-    const tier = await setTier(config, opts.email, opts.tier);
-    process.stdout.write(`${opts.email.trim().toLowerCase()}: tier ${tier}\n`);
+    if (cmd === 'rotate-key') {
+      const key = await rotateKey(config, email);
+      // The key goes to stdout alone (scriptable); the notice to stderr.
+      process.stdout.write(`${key}\n`);
+      process.stderr.write(
+        `${email.trim().toLowerCase()}: new live key issued, every other key revoked; it is shown once\n`,
+      );
+      return 0;
+    }
+    const tier = await setTier(config, email, opts.tier ?? '');
+    process.stdout.write(`${email.trim().toLowerCase()}: tier ${tier}\n`);
     return 0;
   } catch (e) {
     if (e instanceof AdminError || e instanceof ConfigError) {

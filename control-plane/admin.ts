@@ -1,7 +1,8 @@
 // Operator actions on the configured database (used by `capsule admin`).
 import type { Config } from './config.js';
 import { normalizeTier, type Tier } from './domain/index.js';
-import { openStore } from './store/index.js';
+import { issueKey, systemClock, systemRandom } from './service/index.js';
+import { openStore, openStores } from './store/index.js';
 
 export class AdminError extends Error {}
 
@@ -15,6 +16,31 @@ export async function setTier(config: Config, email: string, tierName: string): 
     if (!(await store.setTierByEmail(email.trim().toLowerCase(), tier)))
       throw new AdminError(`no account with email ${email}`);
     return tier;
+  } finally {
+    await store.close();
+  }
+}
+
+/**
+ * Operator recovery of a lost key (SPEC: "rotation through support"): issues a
+ * new live key and revokes every other key of the account; returns the key,
+ * shown once.
+ */
+export async function rotateKey(config: Config, email: string): Promise<string> {
+  const { store, keys } = await openStores(config.database);
+  try {
+    let key = '';
+    const customerId = await keys.replaceApiKeysByEmail(
+      email.trim().toLowerCase(),
+      (cid) => {
+        const issued = issueKey({ clock: systemClock, random: systemRandom }, cid, 'live');
+        key = issued.key;
+        return issued.entry;
+      },
+      systemClock.nowIso(),
+    );
+    if (customerId === null) throw new AdminError(`no account with email ${email}`);
+    return key;
   } finally {
     await store.close();
   }

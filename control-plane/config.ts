@@ -7,7 +7,8 @@ import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { PROC_SWAPS } from '../shared/node/swaps.js';
-import type { PaidTierTable } from './domain/index.js';
+import { FREE_LIMITS, type PaidTierTable, type PriceTable } from './domain/index.js';
+import { METERED, toMicros, TIERS } from './domain/index.js';
 
 export type DatabaseConfig =
   { driver: 'sqlite'; file: string; synchronous: 'full' | 'normal' } | { driver: 'postgresql'; url: string };
@@ -33,8 +34,10 @@ export interface Config {
   /** Per-IP and per-customer limits; only benchmarks turn them off. */
   rateLimits: boolean;
   sweepIntervalMs: number;
-  /** Bound on one upload body (the runner has its own bound too). */
-  uploadMaxBytes: number;
+  /** Install-wide ceiling on one upload body over every tier's `upload_max_bytes`; null = the tier values alone. */
+  uploadMaxBytes: number | null;
+  /** Bounds of the HTTP listener (hostile clients: connection floods, slow clients, oversized bodies). */
+  http: HttpLimits;
   paidTiers: PaidTierTable;
   regulatoryMappingFile: string;
   logLevel: string;
@@ -54,6 +57,95 @@ export interface Config {
   masterKey: MasterKeyConfig | null;
   /** The swap table `capsule serve` checks at start (SPEC §11) and hands to its runner; /proc/swaps unless a test sets CAPSULE_PROC_SWAPS. */
   procSwaps: string;
+  /** Price table of the usage estimate (CAPSULE_PRICES_FILE, default policies/prices.yaml). */
+  prices: PriceTable;
+  stripe: StripeConfig;
+}
+
+/** Billing through Stripe; each part is optional and its endpoint answers 503 naming the missing setting. */
+export interface StripeConfig {
+  /** CAPSULE_STRIPE_SECRET_KEY[_FILE]. */
+  secretKey: string | null;
+  /** CAPSULE_STRIPE_WEBHOOK_SECRET[_FILE]. */
+  webhookSecret: string | null;
+  /** CAPSULE_STRIPE_PRICE_STARTER / _BUSINESS: Stripe price ids of the two self-service tiers. */
+  prices: { starter: string | null; business: string | null };
+  /** CAPSULE_STRIPE_API_BASE: an http(s)://host:port the SDK calls instead of Stripe. */
+  apiBase: URL | null;
+  /** CAPSULE_STRIPE_CA_FILE: PEM trust anchor added for the API base. */
+  caPem: string | null;
+  /** CAPSULE_STRIPE_SUCCESS_URL / _CANCEL_URL; null = under the base URL. */
+  successUrl: string | null;
+  cancelUrl: string | null;
+}
+
+/** The HTTP edge's bounds; defaults in DEFAULT_HTTP_LIMITS, documented in docs/CONTROL_PLANE.md. */
+export interface HttpLimits {
+  /** Open connections per source address (IPv6: per /64); a connection over it gets a 429 and is closed. */
+  maxConnectionsPerIp: number;
+  /** Kernel queue of connections not yet accepted (listen backlog; Linux caps it at net.core.somaxconn). */
+  listenBacklog: number;
+  /** Whole request head must arrive within this (node:http headersTimeout; also bounds a silent new connection). */
+  headersTimeoutMs: number;
+  /** Whole request (head and body) must arrive within this (node:http requestTimeout). */
+  requestTimeoutMs: number;
+  /** A request body that sends nothing for this long is refused (400 naming `body`) and the connection closed. */
+  bodyIdleTimeoutMs: number;
+  /** An idle keep-alive connection is closed after this. */
+  keepAliveTimeoutMs: number;
+  /** Requests served on one connection before it is closed. */
+  maxRequestsPerSocket: number;
+  /** Bytes of request line plus headers (node:http maxHeaderSize; over it: 431). */
+  maxHeaderBytes: number;
+  /** Body bound of POST /v1/verify (a busy capsule's AuditRecord is large). */
+  verifyMaxBytes: number;
+  /** Verify bodies of all clients together held in memory at once; past it: 503 with Retry-After. */
+  verifyInflightBytes: number;
+}
+
+export const DEFAULT_HTTP_LIMITS: HttpLimits = Object.freeze({
+  maxConnectionsPerIp: 256,
+  // A burst of connections beyond the backlog stalls every client's handshake for a SYN-ACK retransmit (1 s+).
+  listenBacklog: 4096,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 300_000,
+  bodyIdleTimeoutMs: 15_000,
+  // Longer than clients' idle keep-alive (undici: 4 s), so a client never reuses a socket we just closed.
+  keepAliveTimeoutMs: 65_000,
+  maxRequestsPerSocket: 1000,
+  maxHeaderBytes: 16 * 1024,
+  verifyMaxBytes: 16 * 1024 * 1024,
+  verifyInflightBytes: 64 * 1024 * 1024,
+});
+
+const HTTP_ENV: Record<keyof HttpLimits, [string, number]> = {
+  maxConnectionsPerIp: ['CAPSULE_HTTP_MAX_CONNECTIONS_PER_IP', 1],
+  listenBacklog: ['CAPSULE_HTTP_LISTEN_BACKLOG', 1],
+  headersTimeoutMs: ['CAPSULE_HTTP_HEADERS_TIMEOUT_MS', 100],
+  requestTimeoutMs: ['CAPSULE_HTTP_REQUEST_TIMEOUT_MS', 100],
+  bodyIdleTimeoutMs: ['CAPSULE_HTTP_BODY_IDLE_TIMEOUT_MS', 100],
+  keepAliveTimeoutMs: ['CAPSULE_HTTP_KEEP_ALIVE_TIMEOUT_MS', 100],
+  maxRequestsPerSocket: ['CAPSULE_HTTP_MAX_REQUESTS_PER_SOCKET', 1],
+  maxHeaderBytes: ['CAPSULE_HTTP_MAX_HEADER_BYTES', 1024],
+  verifyMaxBytes: ['CAPSULE_VERIFY_MAX_BYTES', 1024],
+  verifyInflightBytes: ['CAPSULE_VERIFY_INFLIGHT_BYTES', 1024],
+};
+
+function httpLimits(env: NodeJS.ProcessEnv): HttpLimits {
+  const out = { ...DEFAULT_HTTP_LIMITS };
+  for (const [k, [name, min]] of Object.entries(HTTP_ENV) as [keyof HttpLimits, [string, number]][]) {
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    const v = Number(raw);
+    if (!Number.isSafeInteger(v) || v < min) throw new ConfigError(`${name}: an integer of at least ${min}`);
+    out[k] = v;
+  }
+  // node:http refuses a head timeout longer than the whole-request timeout.
+  if (out.headersTimeoutMs > out.requestTimeoutMs)
+    throw new ConfigError('CAPSULE_HTTP_HEADERS_TIMEOUT_MS: at most CAPSULE_HTTP_REQUEST_TIMEOUT_MS');
+  if (out.verifyMaxBytes > out.verifyInflightBytes)
+    throw new ConfigError('CAPSULE_VERIFY_MAX_BYTES: at most CAPSULE_VERIFY_INFLIGHT_BYTES');
+  return out;
 }
 
 export class ConfigError extends Error {
@@ -63,13 +155,104 @@ export class ConfigError extends Error {
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 const policy = (name: string): string => resolve(repoRoot, 'policies', name);
 
+// Integers only (SPEC `limits`); the counters they bound are 32-bit database integers.
+const count = z
+  .number()
+  .int()
+  .positive()
+  .max(2 ** 31 - 1);
 const tierRow = z.strictObject({
-  capsules_per_month: z.number().int().positive().nullable(),
-  max_ttl_seconds: z.number().int().positive(),
-  concurrent_capsules: z.number().int().positive().nullable(),
-  rate_limit_rpm: z.number().int().positive(),
+  capsules_per_month: count,
+  max_ttl_seconds: count,
+  concurrent_capsules: count,
+  rate_limit_rpm: count,
+  upload_max_bytes: z.number().int().positive().max(Number.MAX_SAFE_INTEGER),
 });
 const tierTable = z.strictObject({ starter: tierRow, business: tierRow, enterprise: tierRow });
+
+const decimal = z.string().refine((v) => toMicros(v) !== null, 'a decimal string with at most 6 places');
+const tierPrice = z.strictObject({
+  base_fee: decimal,
+  metered: z.strictObject(
+    Object.fromEntries(
+      METERED.map((m) => [m, z.strictObject({ included: z.number().int().min(0), unit_price: decimal })]),
+    ) as Record<(typeof METERED)[number], z.ZodObject<{ included: z.ZodNumber; unit_price: typeof decimal }>>,
+  ),
+});
+const priceFile = z.strictObject({
+  currency: z.string().regex(/^[a-z]{3}$/, 'an ISO 4217 code in lower case'),
+  tiers: z.strictObject(
+    Object.fromEntries(TIERS.map((t) => [t, tierPrice])) as Record<(typeof TIERS)[number], typeof tierPrice>,
+  ),
+});
+
+function loadPrices(file: string): PriceTable {
+  let raw: z.infer<typeof priceFile>;
+  try {
+    raw = priceFile.parse(parseYaml(readFileSync(file, 'utf8')));
+  } catch (e) {
+    const msg =
+      e instanceof z.ZodError
+        ? `${e.issues[0]?.path.join('.')}: ${e.issues[0]?.message}`
+        : e instanceof Error
+          ? e.message.split('\n')[0]
+          : String(e);
+    throw new ConfigError(`CAPSULE_PRICES_FILE (${file}): ${msg}`);
+  }
+  const micros = (v: string): number => toMicros(v) as number;
+  const tiers = Object.fromEntries(
+    TIERS.map((t) => {
+      const p = raw.tiers[t];
+      const metered = Object.fromEntries(
+        METERED.map((m) => [m, { included: p.metered[m].included, unit_price: micros(p.metered[m].unit_price) }]),
+      );
+      return [t, { base_fee: micros(p.base_fee), metered }];
+    }),
+  ) as PriceTable['tiers'];
+  return { currency: raw.currency, tiers };
+}
+
+function stripeConfig(env: NodeJS.ProcessEnv): StripeConfig {
+  let apiBase: URL | null = null;
+  const base = env.CAPSULE_STRIPE_API_BASE;
+  if (base) {
+    try {
+      apiBase = new URL(base);
+    } catch {
+      apiBase = null;
+    }
+    if (!apiBase || !/^https?:$/.test(apiBase.protocol) || (apiBase.pathname !== '/' && apiBase.pathname !== ''))
+      throw new ConfigError(`CAPSULE_STRIPE_API_BASE: expected http(s)://host[:port], got "${base}"`);
+  }
+  let caPem: string | null = null;
+  if (env.CAPSULE_STRIPE_CA_FILE) {
+    try {
+      caPem = readFileSync(env.CAPSULE_STRIPE_CA_FILE, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`CAPSULE_STRIPE_CA_FILE: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (!caPem.includes('-----BEGIN CERTIFICATE-----'))
+      throw new ConfigError(`CAPSULE_STRIPE_CA_FILE (${env.CAPSULE_STRIPE_CA_FILE}): no PEM certificate in the file`);
+  }
+  const url = (name: string): string | null => {
+    const v = env[name];
+    if (!v) return null;
+    if (!/^https?:\/\/\S+$/.test(v)) throw new ConfigError(`${name}: expected an http(s) URL`);
+    return v;
+  };
+  return {
+    secretKey: secret(env, 'CAPSULE_STRIPE_SECRET_KEY') ?? null,
+    webhookSecret: secret(env, 'CAPSULE_STRIPE_WEBHOOK_SECRET') ?? null,
+    prices: {
+      starter: env.CAPSULE_STRIPE_PRICE_STARTER || null,
+      business: env.CAPSULE_STRIPE_PRICE_BUSINESS || null,
+    },
+    apiBase,
+    caPem,
+    successUrl: url('CAPSULE_STRIPE_SUCCESS_URL'),
+    cancelUrl: url('CAPSULE_STRIPE_CANCEL_URL'),
+  };
+}
 
 /** Reads `NAME` or, for secrets, the file named by `NAME_FILE`. */
 function secret(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -116,6 +299,11 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
       `CAPSULE_TIERS_FILE (${tiersFile}): ${e instanceof Error ? e.message.split('\n')[0] : String(e)}`,
     );
   }
+  for (const [tier, row] of Object.entries(paid))
+    if (row.upload_max_bytes < FREE_LIMITS.upload_max_bytes)
+      throw new ConfigError(
+        `CAPSULE_TIERS_FILE (${tiersFile}): ${tier}.upload_max_bytes: at least Free's ${FREE_LIMITS.upload_max_bytes}`,
+      );
   const cfLimitsFile = env.CAPSULE_CAPSULEFILE_LIMITS_FILE ?? policy('capsulefile-tier-limits.yaml');
   let capsulefileLimits: Config['capsulefileLimits'];
   try {
@@ -177,8 +365,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
   if (!Number.isFinite(sweep) || sweep < 50) throw new ConfigError('CAPSULE_SWEEP_INTERVAL_MS: at least 50');
-  const upload = Number(env.CAPSULE_UPLOAD_MAX_BYTES ?? 64 * 1024 * 1024);
-  if (!Number.isInteger(upload) || upload < 1) throw new ConfigError('CAPSULE_UPLOAD_MAX_BYTES: a positive integer');
+  const upload = env.CAPSULE_UPLOAD_MAX_BYTES ? Number(env.CAPSULE_UPLOAD_MAX_BYTES) : null;
+  if (upload !== null && (!Number.isSafeInteger(upload) || upload < 1))
+    throw new ConfigError('CAPSULE_UPLOAD_MAX_BYTES: a positive integer');
   return {
     host: env.CAPSULE_HOST ?? '127.0.0.1',
     port,
@@ -191,6 +380,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     rateLimits: bool(env.CAPSULE_RATE_LIMITS, true),
     sweepIntervalMs: sweep,
     uploadMaxBytes: upload,
+    http: httpLimits(env),
     paidTiers: paid,
     regulatoryMappingFile: env.CAPSULE_REGULATORY_MAPPING ?? policy('regulatory-mapping.yaml'),
     logLevel: env.LOG_LEVEL ?? 'info',
@@ -201,6 +391,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     capsulefileLimits,
     masterKey,
     procSwaps,
+    prices: loadPrices(env.CAPSULE_PRICES_FILE ?? policy('prices.yaml')),
+    stripe: stripeConfig(env),
   };
 }
 

@@ -11,13 +11,21 @@ import { EnvelopeBox } from './secrets/envelope.js';
 import { loadMasterKey } from './secrets/master-key.js';
 import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
-import { createApp, RateLimiter } from './http/app.js';
+import { capConnectionsPerSource, createApp, RateLimiter, type ConnectionGuard } from './http/app.js';
 import { loadRegulatoryMapping, readSystemCapsulefiles } from './policy/index.js';
-import { buildServices, systemClock, systemRandom, type RecoveryReport, type Services } from './service/index.js';
+import {
+  buildServices,
+  systemClock,
+  systemRandom,
+  type BillingDeps,
+  type RecoveryReport,
+  type Services,
+} from './service/index.js';
 import { HostBaseImage } from './base-image/index.js';
 import type { BaseImage } from './capsulefile/index.js';
 import { openStores } from './store/index.js';
 import { ProxyEgress, type ProxyEgressOptions } from './egress/index.js';
+import { stripeBilling } from './billing/stripe.js';
 
 export interface ControlPlane {
   url: string;
@@ -26,6 +34,8 @@ export interface ControlPlane {
   services: Services;
   /** null when the runner was unreachable at start. */
   recovery: RecoveryReport | null;
+  /** The per-source connection cap of the listener. */
+  connections: ConnectionGuard;
   close(): Promise<void>;
 }
 
@@ -55,7 +65,7 @@ export async function startControlPlane(
   const masterKey = loadMasterKey(requireMasterKey(config), logger);
   const secrets = new EnvelopeBox(masterKey);
   masterKey.fill(0);
-  const { store, capsulefiles, egressProfiles } = await openStores(config.database);
+  const { store, capsulefiles, egressProfiles, keys, usage, billing: billingStore } = await openStores(config.database);
   const egress = new ProxyEgress({
     socketDir: config.egressSocketDir,
     extraCaPem: config.egressExtraCaPem,
@@ -65,8 +75,23 @@ export async function startControlPlane(
     onRefusal: (capsuleId, r) =>
       logger.info({ capsule_id: capsuleId, host: r.host, port: r.port, reason: r.reason }, 'egress refused'),
   });
+  // Billing return pages: the operator's, else under the base URL (filled in once the port is known).
+  const billing: BillingDeps = {
+    ...stripeBilling(config.stripe),
+    prices: {
+      ...(config.stripe.prices.starter ? { starter: config.stripe.prices.starter } : {}),
+      ...(config.stripe.prices.business ? { business: config.stripe.prices.business } : {}),
+    },
+    successUrl: config.stripe.successUrl ?? '',
+    cancelUrl: config.stripe.cancelUrl ?? '',
+  };
   const deps = {
     store,
+    keys,
+    usage,
+    billingStore,
+    billing,
+    prices: config.prices,
     capsulefiles,
     egressProfiles,
     secrets,
@@ -76,7 +101,7 @@ export async function startControlPlane(
     runner,
     clock,
     random,
-    tiers: new TierTable(config.paidTiers),
+    tiers: new TierTable(config.paidTiers, config.uploadMaxBytes),
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile),
     region: config.region,
     log: logger,
@@ -87,13 +112,27 @@ export async function startControlPlane(
   await services.capsulefiles.publishSystem(await readSystemCapsulefiles(config.systemCapsulefilesDir));
   // Reconcile with the runner now; if it is down, capsule calls retry it later.
   const recovery: RecoveryReport | null = await services.recovery.ensure().catch(() => null);
-  const server: Server = createServer();
+  const h = config.http;
+  const server: Server = createServer({
+    headersTimeout: h.headersTimeoutMs,
+    requestTimeout: h.requestTimeoutMs,
+    keepAliveTimeout: h.keepAliveTimeoutMs,
+    maxHeaderSize: h.maxHeaderBytes,
+    // How often the head and request timeouts are checked (node's default is 30 s).
+    connectionsCheckingInterval: Math.min(1000, h.headersTimeoutMs),
+  });
+  server.maxRequestsPerSocket = h.maxRequestsPerSocket;
+  let docsUrl = '';
+  const connections = capConnectionsPerSource(server, h.maxConnectionsPerIp, () => docsUrl);
   await new Promise<void>((res, rej) => {
     server.once('error', rej);
-    server.listen(config.port, config.host, () => res());
+    server.listen({ port: config.port, host: config.host, backlog: h.listenBacklog }, () => res());
   });
   const port = (server.address() as AddressInfo).port;
   const baseUrl = config.baseUrl ?? `http://${config.host}:${port}`;
+  docsUrl = config.docsUrl ?? `${baseUrl}/docs`;
+  billing.successUrl ||= `${baseUrl}/billing/success?session_id={CHECKOUT_SESSION_ID}`;
+  billing.cancelUrl ||= `${baseUrl}/billing/cancel`;
   const app = createApp({
     services,
     store,
@@ -103,15 +142,13 @@ export async function startControlPlane(
     logger,
     limiter: new RateLimiter(() => clock.nowMs()),
     options: {
-      docsUrl: config.docsUrl ?? `${baseUrl}/docs`,
+      docsUrl,
       rateLimits: config.rateLimits,
       version: config.version,
-      uploadMaxBytes: config.uploadMaxBytes,
+      http: h,
     },
   });
   server.on('request', app.callback());
-  // Longer than clients' idle keep-alive (undici: 4 s), so a client never reuses a socket we just closed.
-  server.keepAliveTimeout = 65_000;
   services.sweeper.start();
   logger.info({ port, driver: config.database.driver }, 'control plane listening');
   return {
@@ -120,9 +157,11 @@ export async function startControlPlane(
     store,
     services,
     recovery,
+    connections,
     async close() {
       await services.sweeper.stop();
       await services.egress.stopAll();
+      await services.proofs.close();
       server.closeAllConnections();
       await new Promise<void>((res) => server.close(() => res()));
       await store.close();

@@ -344,6 +344,9 @@ export class CapsuleManager {
       throw new RunnerError('invalid', `timeout_ms: must be an integer in 1..${bounds.maxTimeoutMs}`);
     }
     const env = validateEnv(req.env, 'env');
+    const cwd = req.cwd ?? '/data';
+    if (cwd !== '/data' && !(cwd === '/capsule/app' && c.hasApp))
+      throw new RunnerError('invalid', 'cwd: must be /data, or /capsule/app on a capsule with app files');
     let input: { dir: string; name: string; bytes: Buffer } | null = null;
     if (req.input_b64 !== undefined && req.input_b64 !== null) {
       const path = req.input_filename ?? '/data/input/data';
@@ -380,7 +383,7 @@ export class CapsuleManager {
         const prepared = c.prepared;
         c.prepared = null;
         const r = await runExec({
-          spec: this.spec(c, req.command, env),
+          spec: { ...this.spec(c, req.command, env), cwd },
           cgroup: c.record.cgroup,
           seccompPath: this.d.seccompPath,
           argFile: this.argFile(c),

@@ -228,7 +228,8 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
           stdout_truncated: out.truncated,
           stderr_truncated: err.truncated,
           exit_code: code ?? 128 + sigNum,
-          duration_ms: Math.round(duration * 1000) / 1000,
+          // Whole milliseconds: the SPEC types duration_ms as an integer.
+          duration_ms: Math.round(duration),
           timed_out: timedOut,
           oom_killed: oom,
           leftover_killed: leftover,

@@ -80,6 +80,8 @@ export interface SandboxSpec {
   hasApp: boolean;
   env: Record<string, string>;
   command: string;
+  /** Working directory inside (default /data). */
+  cwd?: string;
   /** Hold the sandbox on BLOCK_FD before the command starts (observation). */
   block?: boolean;
   /** Egress: enter this network namespace instead of unsharing one (see egress.ts). */
@@ -155,7 +157,7 @@ export function sandboxArgv(s: SandboxSpec): string[] {
     '--remount-ro',
     '/',
     '--chdir',
-    '/data',
+    s.cwd ?? '/data',
     '--clearenv',
     ...Object.entries(s.env).flatMap(([k, v]) => ['--setenv', k, v]),
     '--seccomp',

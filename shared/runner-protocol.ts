@@ -66,6 +66,8 @@ export interface ExecRequest {
   input_filename?: string;
   timeout_ms: number;
   env?: Record<string, string>;
+  /** Working directory of the command: /data (default) or /capsule/app (a Capsulefile entrypoint, next to its files). */
+  cwd?: '/data' | '/capsule/app';
 }
 
 export interface ExecResult {

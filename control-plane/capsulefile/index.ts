@@ -1,6 +1,15 @@
 // Public entry of the Capsulefile core (pure: no file, network or database I/O).
 export * as limits from './limits.js';
 export { checkEgressEntry, type EgressEntryKind, type EgressEntryCheck } from './egress-entry.js';
+export {
+  parsePackageSpec,
+  satisfies,
+  pep503,
+  packageKey,
+  type Ecosystem,
+  type PackageSpec,
+  type Constraint,
+} from './packages.js';
 export { filenameProblem, assertFilename, fileSizeProblem, fileSizeError } from './filename.js';
 export {
   DATA_CLASSIFICATIONS,

@@ -81,6 +81,10 @@ export interface CapsulefileStore {
 
 /** The read-only base image capsules run on: which declared packages it lacks. */
 export interface BaseImage {
-  /** Declared packages absent from the image, as `ecosystem:name`, in declaration order. */
-  missingPackages(packages: Readonly<Partial<Record<string, readonly string[]>>>): Promise<string[]>;
+  /**
+   * Declared packages the image does not satisfy, in declaration order: absent
+   * (`ecosystem:entry`) or installed in a version outside the pin
+   * (`ecosystem:entry (installed <version>)`). Entries are valid (schema.ts).
+   */
+  unmetPackages(packages: Readonly<Partial<Record<string, readonly string[]>>>): Promise<string[]>;
 }

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { invalid } from '../../shared/errors.js';
 import { checkEgressEntry } from './egress-entry.js';
 import * as L from './limits.js';
+import { packageKey, parsePackageSpec } from './packages.js';
 
 export const DATA_CLASSIFICATIONS = ['general', 'PHI', 'PII', 'financial', 'credentials'] as const;
 /** Ecosystems whose packages can be checked present in the base image (never downloaded). */
@@ -15,7 +16,6 @@ const noNul = (s: string): boolean => !s.includes('\0');
 const uniq = (a: readonly string[]): boolean => new Set(a).size === a.length;
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-const PACKAGE_NAME = /^(?:@[a-z0-9][a-z0-9._-]*\/)?[A-Za-z0-9][A-Za-z0-9._+-]*$/;
 const TOOL_NAME = /^[A-Za-z0-9_.:/-]+$/;
 
 const egressEntry = z.string().superRefine((s, ctx) => {
@@ -100,14 +100,28 @@ const envVars = z
       ctx.addIssue({ code: 'custom', message: `names and values must total at most ${L.ENV_TOTAL_MAX_BYTES} bytes` });
   });
 
-const packages = z.partialRecord(
-  z.enum(PACKAGE_ECOSYSTEMS),
-  z
-    .array(z.string().min(1).max(214).regex(PACKAGE_NAME, 'not a valid package name'))
-    .min(1)
-    .max(L.PACKAGES_PER_ECOSYSTEM_MAX)
-    .refine(uniq, 'must not list a package twice'),
-);
+/** Each entry a package of its ecosystem, optionally version-pinned in that ecosystem's syntax (packages.ts). */
+const packages = z
+  .partialRecord(
+    z.enum(PACKAGE_ECOSYSTEMS),
+    z
+      .array(z.string().min(1).max(256))
+      .min(1)
+      .max(L.PACKAGES_PER_ECOSYSTEM_MAX)
+      .refine(uniq, 'must not list a package twice'),
+  )
+  .superRefine((p, ctx) => {
+    for (const eco of PACKAGE_ECOSYSTEMS) {
+      const seen = new Set<string>();
+      (p[eco] ?? []).forEach((entry, i) => {
+        const spec = parsePackageSpec(eco, entry);
+        if ('problem' in spec) return ctx.addIssue({ code: 'custom', path: [eco, i], message: spec.problem });
+        const key = packageKey(eco, spec.name);
+        if (seen.has(key)) ctx.addIssue({ code: 'custom', path: [eco, i], message: 'must not list a package twice' });
+        seen.add(key);
+      });
+    }
+  });
 
 /** Fields shared by the API body and Capsulefile.yaml. */
 const baseFields = {

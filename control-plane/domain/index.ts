@@ -3,3 +3,4 @@ export * from './types.js';
 export * from './ports.js';
 export * from './tiers.js';
 export * from './schemas.js';
+export * from './prices.js';

@@ -2,6 +2,8 @@
 // Adapters (store/, http/) implement or consume these; domain has no I/O.
 import type {
   Account,
+  ApiKeyRecord,
+  Caller,
   Capsule,
   CapsuleStatus,
   EgressProfile,
@@ -12,6 +14,9 @@ import type {
   Limits,
   StoredProof,
   Tier,
+  UsageEntry,
+  UsageCounts,
+  UsageItem,
 } from './types.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 
@@ -30,6 +35,8 @@ export interface NewAccount {
   tier: Tier;
   jurisdiction: Account['jurisdiction'];
   key_hash: string;
+  key_id: string;
+  key_prefix: string;
   key_mode: 'live' | 'test';
   created_at: string;
   billing_cycle_start: string;
@@ -49,6 +56,8 @@ export interface Destruction {
   destroyed_at: string | null;
   proof: StoredProof;
   key: KeyRecord | null;
+  /** The proof's usage item, written in the same transaction (billable as the capsule). */
+  usage: UsageEntry;
 }
 
 export interface ContactMessage {
@@ -66,6 +75,8 @@ export interface ActivitySide {
   bytes?: number;
   /** Status compare-and-set applied with the event (no-op when the status is not in `from`). */
   move?: { from: readonly CapsuleStatus[]; to: CapsuleStatus };
+  /** Usage item of a billable event (exec completed, egress request), written with the event. */
+  usage?: UsageEntry;
 }
 
 export interface CapsulePage {
@@ -79,7 +90,13 @@ export interface Store {
 
   // Accounts and keys
   createAccount(a: NewAccount): Promise<Account>;
-  findCallerByKeyHash(hash: string): Promise<{ account: Account; key_mode: 'live' | 'test' } | null>;
+  /**
+   * The caller behind a key hash, read from the database on every request (no
+   * cache: a revoked key fails on its next request in every process). A key
+   * whose `revoked_at` is not after `nowIso` is refused. `last_used_at` is
+   * written only when older than `touchBeforeIso` (one write a minute, not one a request).
+   */
+  findCallerByKeyHash(hash: string, nowIso: string, touchBeforeIso: string): Promise<Caller | null>;
   getAccount(customerId: string): Promise<Account | null>;
   setTierByEmail(email: string, tier: Tier): Promise<boolean>;
   /** Rolls the billing cycle if it has passed, then reloads. */
@@ -87,30 +104,35 @@ export interface Store {
 
   /**
    * Atomically: roll the cycle when due, then count one capsule against the
-   * month and one live capsule, only if every limit allows it.
+   * month and one live capsule, only if every limit allows it. A test-key
+   * capsule (`billable` false) takes a live slot only: it never counts
+   * against the month, the proofs or their limits.
    */
-  reserveCapsule(customerId: string, limits: Limits, cycleStart: string): Promise<ReserveOutcome>;
+  reserveCapsule(customerId: string, limits: Limits, cycleStart: string, billable: boolean): Promise<ReserveOutcome>;
   /** Gives back a live-capsule slot (destroy, expiry, failed create). */
   releaseLive(customerId: string): Promise<void>;
   /** Undoes a reservation whose capsule never came to exist. */
-  unreserveCapsule(customerId: string): Promise<void>;
+  unreserveCapsule(customerId: string, billable: boolean): Promise<void>;
 
   // Capsules
   /**
    * Inserts the capsule and its first activity event in one transaction that
    * first locks the rows the capsule pins (its finalized Capsulefile, its egress
    * profile) and inserts nothing when one is gone: a DELETE of either is
-   * ordered before or after the insert, never beside it.
+   * ordered before or after the insert, never beside it. The capsule's usage
+   * item is written in the same transaction.
    */
   insertCapsule(
     c: Capsule,
     first: { type: string; at: string; fields: Record<string, unknown> },
+    usage: UsageEntry,
   ): Promise<InsertCapsuleOutcome>;
   getCapsule(id: string): Promise<Capsule | null>;
   listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage>;
   /** Compare-and-set on status; true when the row moved. */
   transition(id: string, from: readonly CapsuleStatus[], to: CapsuleStatus, destroyedAt?: string): Promise<boolean>;
-  addUsage(id: string, executions: number, bytes: number): Promise<void>;
+  /** Counts executions and bytes on the capsule, with the exec's usage item in the same transaction. */
+  addUsage(id: string, executions: number, bytes: number, usage?: UsageEntry): Promise<void>;
   liveCapsules(): Promise<Capsule[]>;
   expiredLiveCapsules(nowIso: string): Promise<Capsule[]>;
 
@@ -240,4 +262,166 @@ export interface SecretBox {
   sealString(plaintext: string, context: string): string;
   /** Throws when the value was sealed under another key or context, or was altered. */
   openString(sealed: string, context: string): string;
+}
+
+// ---- API keys and MFA (docs/ACCOUNTS.md)
+
+export interface ApiKeyPage {
+  items: ApiKeyRecord[];
+  next_cursor: string | null;
+}
+
+export interface NewApiKey {
+  record: ApiKeyRecord;
+  key_hash: string;
+}
+
+export type RevokeOutcome = 'revoked' | 'missing' | 'already_revoked' | 'last_live_key';
+export type RotateOutcome = 'rotated' | 'missing' | 'already_revoked';
+
+/** The TOTP factor of an account. */
+export interface MfaFactor {
+  customer_id: string;
+  /** The base32 secret, sealed with the SecretBox under `mfa:<customer_id>:totp_secret`. */
+  secret_sealed: string;
+  state: 'pending' | 'active';
+  created_at: string;
+  activated_at: string | null;
+  /** Last accepted TOTP time step (codes at or before it are refused: no replay). */
+  last_step: number | null;
+  recovery_codes_remaining: number;
+}
+
+/** Storage of API keys and the MFA factor. Every outcome is decided inside one transaction. */
+export interface KeyStore {
+  /** The account's keys, newest first. */
+  listApiKeys(customerId: string, limit: number, cursor: string | null): Promise<ApiKeyPage>;
+  getApiKey(customerId: string, id: string): Promise<ApiKeyRecord | null>;
+  /** 'limit' when the account already holds `maxActive` keys not revoked. */
+  insertApiKey(k: NewApiKey, maxActive: number): Promise<'ok' | 'limit'>;
+  /** Revokes at `nowIso`; never the account's last live key without a revocation scheduled. */
+  revokeApiKey(customerId: string, id: string, nowIso: string): Promise<RevokeOutcome>;
+  /** Inserts the successor and schedules the old key's end at `endsAtIso`. */
+  rotateApiKey(customerId: string, id: string, successor: NewApiKey, endsAtIso: string): Promise<RotateOutcome>;
+  /** Operator recovery of a lost key: revokes every key of the account and inserts `successor`; null = no such email. */
+  replaceApiKeysByEmail(email: string, make: (customerId: string) => NewApiKey, nowIso: string): Promise<string | null>;
+  markMfaVerified(keyId: string, untilIso: string): Promise<void>;
+
+  getMfa(customerId: string): Promise<MfaFactor | null>;
+  /** Stores a pending factor and its recovery code hashes (replacing a pending one); 'active' when one is active. */
+  putPendingMfa(f: MfaFactor, recoveryCodeHashes: string[]): Promise<'ok' | 'active'>;
+  /**
+   * Takes one code attempt from the account's budget (`max` per window; a
+   * window that began at or before `windowStartIso` is over); a correct code
+   * gives the budget back.
+   * Returns null when taken, else when the current window began.
+   */
+  takeMfaAttempt(customerId: string, nowIso: string, windowStartIso: string, max: number): Promise<string | null>;
+  resetMfaAttempts(customerId: string): Promise<void>;
+  /** Accepts a TOTP time step only if later than the last accepted one (atomic). */
+  acceptTotpStep(customerId: string, step: number): Promise<boolean>;
+  /** Marks a recovery code used, once (atomic); false when unknown or used. */
+  useRecoveryCode(customerId: string, codeHash: string, nowIso: string): Promise<boolean>;
+  activateMfa(customerId: string, nowIso: string): Promise<boolean>;
+  deleteMfa(customerId: string): Promise<boolean>;
+}
+
+// ---- Usage (docs/ACCOUNTS.md "Usage")
+
+export interface UsagePage {
+  items: UsageItem[];
+  next_cursor: string | null;
+}
+
+export interface UsageQuery {
+  /** Inclusive lower bound on created_at (ISO, contract form), or null. */
+  from: string | null;
+  /** Exclusive upper bound, or null. */
+  to: string | null;
+  limit: number;
+  /** `created_at|id` of the last item of the previous page (oldest first). */
+  cursor: string | null;
+}
+
+export interface UsageTotals {
+  live: UsageCounts;
+  test: UsageCounts;
+  /** Bytes processed by the cycle's billable capsules (the capsules' `bytes_processed`). */
+  bytes_processed: number;
+}
+
+export interface UsageStore {
+  listUsage(customerId: string, q: UsageQuery): Promise<UsagePage>;
+  /** Totals of items created at or after `fromIso`. */
+  usageTotals(customerId: string, fromIso: string): Promise<UsageTotals>;
+}
+
+// ---- Billing through a payment processor (docs/ACCOUNTS.md "Billing")
+
+export type PurchasableTier = 'starter' | 'business';
+
+export interface CheckoutRequest {
+  customer_id: string;
+  email: string;
+  tier: PurchasableTier;
+  /** The processor's price id for the tier. */
+  price: string;
+  success_url: string;
+  cancel_url: string;
+  /** Forwarded so a retried checkout creates one session. */
+  idempotency_key: string | null;
+}
+
+export interface CheckoutSession {
+  id: string;
+  url: string;
+  /** Unix seconds. */
+  expires_at: number;
+}
+
+/** A verified processor event, reduced to what changes a tier. */
+export type BillingEvent =
+  | {
+      id: string;
+      type: 'checkout_completed';
+      customer_id: string | null;
+      tier: string | null;
+      processor_customer: string | null;
+      subscription: string | null;
+      paid: boolean;
+    }
+  | { id: string; type: 'subscription_ended'; subscription: string }
+  | { id: string; type: 'other'; name: string };
+
+export interface CheckoutPort {
+  createCheckout(r: CheckoutRequest): Promise<CheckoutSession>;
+}
+
+export interface WebhookVerifier {
+  /** The event if `signature` signs `payload` (within the tolerance of `nowMs`); throws BillingSignatureError. */
+  verify(payload: Uint8Array, signature: string, nowMs: number): BillingEvent;
+}
+
+export class BillingSignatureError extends Error {}
+
+export type TierChange =
+  | {
+      kind: 'subscribed';
+      customer_id: string;
+      tier: Tier;
+      processor_customer: string | null;
+      subscription: string | null;
+    }
+  | { kind: 'ended'; subscription: string };
+
+export interface BillingStore {
+  /**
+   * One transaction: records the event id (a replay returns 'duplicate' and
+   * changes nothing), then applies the change. 'ignored' when the change names
+   * no known account or subscription.
+   */
+  applyBillingEvent(
+    event: { id: string; type: string; received_at: string },
+    change: TierChange | null,
+  ): Promise<'applied' | 'duplicate' | 'ignored'>;
 }

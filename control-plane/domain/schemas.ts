@@ -20,8 +20,35 @@ const INPUT_PATH_RE = /^\/(data\/input|data\/output|tmp)\/[^/\u0000-\u001f\u007f
 const utf8Bytes = (s: string): number => Buffer.byteLength(s, 'utf8');
 const chars = (s: string): number => [...s].length;
 
-/** Converts the first zod issue into invalid_parameters naming the field. */
-export function parseBody<T>(schema: z.ZodType<T>, value: unknown, root = 'body'): T {
+/** JSON text that must be one object (a request body): 400 naming `body` otherwise. */
+export function parseJsonObject(text: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw invalid('body', 'malformed JSON');
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw invalid('body', 'must be a JSON object');
+  return value as Record<string, unknown>;
+}
+
+/**
+ * A top-level member sent as `null` reads as absent: the service itself
+ * answers `null` for optional members it has no value for (for example
+ * `capsulefile_id`), so a client may send such a view back unchanged.
+ */
+export function nullAsAbsent(value: unknown): unknown {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return value;
+  const entries = Object.entries(value);
+  if (!entries.some(([, v]) => v === null)) return value;
+  // fromEntries defines own properties: a "__proto__" member stays plain data.
+  return Object.fromEntries(entries.filter(([, v]) => v !== null));
+}
+
+/** Converts the first zod issue into invalid_parameters naming the field; null members are absent. */
+export function parseBody<T>(schema: z.ZodType<T>, raw: unknown, root = 'body'): T {
+  const value = nullAsAbsent(raw);
   const r = schema.safeParse(value);
   if (r.success) return r.data;
   const issue = r.error.issues[0];
@@ -149,3 +176,24 @@ export function validateMetadata(raw: Record<string, unknown> | undefined): Reco
     throw invalid('metadata', `exceeds ${METADATA_MAX_BYTES} bytes in total`);
   return out;
 }
+
+export const createApiKeySchema = z.strictObject({
+  mode: z.enum(['live', 'test']).optional(),
+});
+
+export const rotateApiKeySchema = z.strictObject({
+  /** How long the old key keeps working; at most 24 h. */
+  grace_seconds: int(0, 24 * 3600).optional(),
+});
+
+export const mfaCodeSchema = z.strictObject({
+  /** A 6-digit TOTP code, or (verify only) a recovery code. */
+  code: z.string().min(1).max(64),
+});
+
+export const checkoutSchema = z.strictObject({
+  tier: z.string().min(1).max(64),
+});
+
+/** A POST that takes no fields (an empty body or `{}`). */
+export const emptyBodySchema = z.strictObject({});

@@ -4,12 +4,16 @@ import { invalid } from '../../shared/errors.js';
 import type { Limits, Tier } from './types.js';
 import { TIERS } from './types.js';
 
-/** SPEC "Limits": Free tier, exactly. */
+/**
+ * SPEC "Limits": Free tier, exactly. The SPEC leaves per-tier upload bounds
+ * open; Free's is the smallest of the table (policies/tiers.yaml has the rest).
+ */
 export const FREE_LIMITS: Limits = Object.freeze({
   capsules_per_month: 100,
   max_ttl_seconds: 300,
   concurrent_capsules: 3,
   rate_limit_rpm: 20,
+  upload_max_bytes: 16 * 1024 * 1024,
   cdp_limit: 100,
 });
 
@@ -32,10 +36,20 @@ export function parseTier(field: string, name: unknown): Tier {
 }
 
 export class TierTable {
-  constructor(private readonly paid: PaidTierTable) {}
-  limits(tier: Tier): Limits {
-    if (tier === 'free') return FREE_LIMITS;
+  private readonly rows: Record<Tier, Limits>;
+  /** `uploadCeiling`: an install-wide cap over every tier's upload bound (null: none). */
+  constructor(paid: PaidTierTable, uploadCeiling: number | null = null) {
+    const cap = (l: Limits): Limits =>
+      Object.freeze({ ...l, upload_max_bytes: Math.min(l.upload_max_bytes, uploadCeiling ?? Infinity) });
     // SPEC: cdp_limit is null (unlimited) for every tier but Free.
-    return { ...this.paid[tier], cdp_limit: null };
+    this.rows = {
+      free: cap(FREE_LIMITS),
+      starter: cap({ ...paid.starter, cdp_limit: null }),
+      business: cap({ ...paid.business, cdp_limit: null }),
+      enterprise: cap({ ...paid.enterprise, cdp_limit: null }),
+    };
+  }
+  limits(tier: Tier): Limits {
+    return this.rows[tier];
   }
 }

@@ -19,10 +19,12 @@ export const LIVE_STATUSES: readonly CapsuleStatus[] = ['active', 'executing'];
 export type ApiForm = 'capsule' | 'session';
 
 export interface Limits {
-  capsules_per_month: number | null;
+  capsules_per_month: number;
   max_ttl_seconds: number;
-  concurrent_capsules: number | null;
+  concurrent_capsules: number;
   rate_limit_rpm: number;
+  /** Bound on one upload body (413 above it); the runner and capsule tmpfs bound it too. */
+  upload_max_bytes: number;
   /** Proofs per billing cycle; null = unlimited (SPEC: `cdp_limit`). */
   cdp_limit: number | null;
 }
@@ -39,10 +41,67 @@ export interface Account {
   live_capsules: number;
 }
 
-/** The authenticated caller: the account plus the kind of key it used. */
+export type KeyMode = 'live' | 'test';
+
+/** MFA state of an account as seen at authentication. */
+export type MfaState = 'none' | 'pending' | 'active';
+
+/** The authenticated caller: the account plus the key it used. */
 export interface Caller {
   account: Account;
-  key_mode: 'live' | 'test';
+  key_mode: KeyMode;
+  /** `key_...` id of the calling key. */
+  key_id: string;
+  mfa: MfaState;
+  /** Until when the calling key counts as MFA-verified (ISO), or null. */
+  mfa_verified_until: string | null;
+}
+
+/** An API key as listed (never the key or its hash). */
+export interface ApiKeyRecord {
+  id: string;
+  customer_id: string;
+  /** First 12 characters of the key (`svc_live_ab3`). */
+  prefix: string;
+  mode: KeyMode;
+  created_at: string;
+  last_used_at: string | null;
+  /** When the key stopped (or, during a rotation grace, will stop) working; null = active. */
+  revoked_at: string | null;
+}
+
+/** The events a usage item records (one item per billable event). */
+export const USAGE_KINDS = ['capsule', 'proof', 'exec', 'egress_request'] as const;
+export type UsageKind = (typeof USAGE_KINDS)[number];
+
+/** Unit of each kind's `quantity` (integers only: exec time in milliseconds). */
+export const USAGE_UNITS: Record<UsageKind, string> = {
+  capsule: 'capsule',
+  proof: 'proof',
+  exec: 'millisecond',
+  egress_request: 'request',
+};
+
+/** A usage item to write beside its billable event; customer and billability come from the capsule. */
+export interface UsageEntry {
+  id: string;
+  kind: UsageKind;
+  quantity: number;
+  at: string;
+}
+
+/** Events and summed quantity per kind. */
+export type UsageCounts = Record<UsageKind, { events: number; quantity: number }>;
+
+export interface UsageItem {
+  id: string;
+  customer_id: string;
+  kind: UsageKind;
+  capsule_id: string;
+  quantity: number;
+  /** False for capsules started with a test key. */
+  billable: boolean;
+  created_at: string;
 }
 
 export interface Capsule {

@@ -2,6 +2,9 @@
 import Koa from 'koa';
 import type { AppDeps } from './context.js';
 import { requestContext } from './middleware.js';
+import { accountRoutes } from './routes/accounts.js';
+import { billingRoutes } from './routes/billing.js';
+import { usageRoutes } from './routes/usage.js';
 import { capsuleRoutes } from './routes/capsules.js';
 import { capsulefileRoutes } from './routes/capsulefiles.js';
 import { egressRoutes } from './routes/egress.js';
@@ -11,12 +14,23 @@ import { sessionRoutes } from './routes/sessions.js';
 export type { AppDeps, HttpOptions } from './context.js';
 export { ERROR_TABLE, renderError } from './errors.js';
 export { RateLimiter } from './rate-limit.js';
+export { capConnectionsPerSource, type ConnectionGuard } from './connections.js';
+export { requireMfa } from './mfa.js';
 
 export function createApp(d: AppDeps): Koa {
   const app = new Koa({ proxy: false });
   app.silent = true; // errors are rendered and logged by requestContext
   app.use(requestContext(d) as Koa.Middleware);
-  for (const r of [publicRoutes(d), capsuleRoutes(d), capsulefileRoutes(d), sessionRoutes(d), egressRoutes(d)]) {
+  for (const r of [
+    publicRoutes(d),
+    capsuleRoutes(d),
+    capsulefileRoutes(d),
+    sessionRoutes(d),
+    egressRoutes(d),
+    accountRoutes(d),
+    usageRoutes(d),
+    billingRoutes(d),
+  ]) {
     app.use(r.routes() as unknown as Koa.Middleware);
   }
   return app;

@@ -2,6 +2,7 @@
 import type { Context, Next } from 'koa';
 import type { Logger } from 'pino';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
+import type { HttpLimits } from '../config.js';
 import type { Caller, Clock, Random, Store } from '../domain/index.js';
 import type { Services } from '../service/index.js';
 import type { RateLimiter } from './rate-limit.js';
@@ -10,7 +11,7 @@ export interface HttpOptions {
   docsUrl: string;
   rateLimits: boolean;
   version: string;
-  uploadMaxBytes: number;
+  http: HttpLimits;
 }
 
 export interface AppDeps {
@@ -26,6 +27,7 @@ export interface AppDeps {
 
 export interface State {
   requestId: string;
+  http: HttpLimits;
   traceId: string | null;
   log: Logger;
   caller?: Caller;

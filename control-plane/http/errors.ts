@@ -20,8 +20,22 @@ export const ERROR_TABLE: Record<ErrorCode, { status: number; type: string }> = 
   service_unavailable: { status: 503, type: 'service_unavailable' },
 };
 
-/** Envelope members an ApiError may add (SPEC: retry_after, reason, 422 extras, degradation_mode). */
-const EXTRA_ALLOWED = new Set(['retry_after', 'reason', 'input_hash', 'secret_id', 'degradation_mode']);
+/**
+ * Envelope members an ApiError may add: the SPEC's retry_after, reason, 422
+ * extras and degradation_mode, plus `field` (the request member a 400 or 413
+ * is about, also named in `message`), `line` (of a Capsulefile.yaml) and
+ * `limit` (which quota a 402 reached) for client libraries.
+ */
+const EXTRA_ALLOWED = new Set([
+  'retry_after',
+  'reason',
+  'input_hash',
+  'secret_id',
+  'degradation_mode',
+  'field',
+  'line',
+  'limit',
+]);
 
 export interface Rendered {
   status: number;

@@ -12,9 +12,13 @@ export const JSON_BODY_LIMIT = 600 * 1024;
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
 const TRACE_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/** Every API response: no MIME sniffing, nothing rendered or framed from this origin (docs/SECURITY.md). */
+export const API_CSP = "default-src 'none'; frame-ancestors 'none'";
+
 /** Reads (once) and caches the JSON body. */
 export async function json(ctx: Ctx): Promise<unknown> {
-  if (ctx.state.json === undefined) ctx.state.json = await readJson(ctx, JSON_BODY_LIMIT);
+  if (ctx.state.json === undefined)
+    ctx.state.json = await readJson(ctx, { limit: JSON_BODY_LIMIT, idleTimeoutMs: ctx.state.http.bodyIdleTimeoutMs });
   return ctx.state.json;
 }
 
@@ -22,6 +26,7 @@ export function requestContext(d: AppDeps): Mw {
   return async (ctx, next) => {
     const started = process.hrtime.bigint();
     ctx.state.requestId = newId('req_', d.random);
+    ctx.state.http = d.options.http;
     const trace = ctx.get('x-svc-trace-id');
     ctx.state.traceId = TRACE_RE.test(trace) ? trace : null;
     ctx.state.log = d.logger.child({
@@ -29,6 +34,8 @@ export function requestContext(d: AppDeps): Mw {
       ...(ctx.state.traceId ? { trace_id: ctx.state.traceId } : {}),
     });
     ctx.set('X-Svc-Request-Id', ctx.state.requestId);
+    ctx.set('X-Content-Type-Options', 'nosniff');
+    ctx.set('Content-Security-Policy', API_CSP);
     if (ctx.state.traceId) ctx.set('X-Svc-Trace-Id', ctx.state.traceId);
     try {
       await next();

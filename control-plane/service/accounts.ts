@@ -1,20 +1,31 @@
 // Sign-up, the account view, tier changes, contact messages.
 import { ApiError } from '../../shared/errors.js';
 import type { Account, Caller, Jurisdiction, Limits, Tier } from '../domain/index.js';
-import { cycleStart } from './clock.js';
+import { issueKey } from './api-keys.js';
+import { cycleStart, isoMicros } from './clock.js';
 import type { Deps } from './deps.js';
-import { hashApiKey, newApiKey, newId, API_KEY_RE } from './ids.js';
+import { hashApiKey, newId, API_KEY_RE } from './ids.js';
+
+/** `last_used_at` of a key is written at most once per this interval. */
+export const LAST_USED_PRECISION_MS = 60_000;
 
 export const SIGNUP_WARNING =
   'Store this API key now: it is shown once and cannot be retrieved. A lost key needs a rotation through support.';
 
-/** The `limits` object of the SPEC (cdp_limit lives under usage). */
-export function publicLimits(l: Limits): Record<string, number | null> {
+/**
+ * The `limits` object of the SPEC, integers only, plus the tier's upload bound
+ * (cdp_limit lives under usage). `max_lifetime_seconds` is the self-hosted
+ * name of `max_ttl_seconds` (SPEC "Self-hosted additions"): both are sent,
+ * with the same value.
+ */
+export function publicLimits(l: Limits): Record<string, number> {
   return {
     capsules_per_month: l.capsules_per_month,
     max_ttl_seconds: l.max_ttl_seconds,
+    max_lifetime_seconds: l.max_ttl_seconds,
     concurrent_capsules: l.concurrent_capsules,
     rate_limit_rpm: l.rate_limit_rpm,
+    upload_max_bytes: l.upload_max_bytes,
   };
 }
 
@@ -22,14 +33,17 @@ export class AccountService {
   constructor(private readonly d: Deps) {}
 
   async signup(email: string, jurisdiction: Jurisdiction): Promise<Record<string, unknown>> {
-    const apiKey = newApiKey('live', this.d.random);
+    const customerId = newId('cus_', this.d.random);
+    const { key: apiKey, entry } = issueKey(this.d, customerId, 'live');
     const now = this.d.clock.nowIso();
     const account = await this.d.store.createAccount({
-      customer_id: newId('cus_', this.d.random),
+      customer_id: customerId,
       email: email.toLowerCase(),
       tier: 'free',
       jurisdiction,
-      key_hash: hashApiKey(apiKey),
+      key_hash: entry.key_hash,
+      key_id: entry.record.id,
+      key_prefix: entry.record.prefix,
       key_mode: 'live',
       created_at: now,
       billing_cycle_start: cycleStart(this.d.clock.nowMs()),
@@ -46,10 +60,11 @@ export class AccountService {
     };
   }
 
-  /** Resolves a bearer key; null when missing, malformed or unknown. */
+  /** Resolves a bearer key; null when missing, malformed, unknown, revoked or past its rotation grace. */
   async authenticate(key: string | undefined): Promise<Caller | null> {
     if (!key || !API_KEY_RE.test(key)) return null;
-    return this.d.store.findCallerByKeyHash(hashApiKey(key));
+    const now = this.d.clock.nowMs();
+    return this.d.store.findCallerByKeyHash(hashApiKey(key), isoMicros(now), isoMicros(now - LAST_USED_PRECISION_MS));
   }
 
   limits(account: Account): Limits {

@@ -15,12 +15,16 @@ import {
   type CapsulefileFileEntry,
   type CapsulefilePage,
 } from '../capsulefile/index.js';
-import type { Caller } from '../domain/index.js';
+import { nullAsAbsent, type Caller } from '../domain/index.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 
 export const notFound = (field?: string): ApiError =>
   new ApiError('resource_not_found', `${field ? `${field}: ` : ''}Capsulefile not found`);
+
+/** The 400 text for declared packages the base image does not satisfy (same at Capsulefile and capsule create). */
+export const unmetPackagesWhy = (unmet: string[]): string =>
+  `declared package ${unmet.join(', ')} is not in the base image (packages are never downloaded)`;
 
 export interface CapsulefileDetail {
   capsulefile: Capsulefile;
@@ -46,7 +50,9 @@ export class CapsulefileService {
   }
 
   async create(caller: Caller, body: unknown): Promise<Capsulefile> {
-    const definition = parseDefinition(body);
+    // The detail view answers null for undeclared fields; sent back, null means not declared.
+    const definition = parseDefinition(nullAsAbsent(body));
+    await this.checkPackages(definition);
     const c: Capsulefile = {
       id: newId('cf_', this.d.random),
       owner: caller.account.customer_id,
@@ -71,6 +77,13 @@ export class CapsulefileService {
     return c;
   }
 
+  /** Declared packages must be in the base image (at the pinned version), else 400 naming `packages`. */
+  private async checkPackages(definition: Capsulefile['definition']): Promise<void> {
+    if (!definition.packages) return;
+    const unmet = await this.d.baseImage.unmetPackages(definition.packages);
+    if (unmet.length > 0) throw invalid('packages', unmetPackagesWhy(unmet));
+  }
+
   async detail(caller: Caller, id: string): Promise<CapsulefileDetail> {
     const c = await this.visible(caller, id);
     return { capsulefile: c, files: await this.d.capsulefiles.files(c.id) };
@@ -83,6 +96,7 @@ export class CapsulefileService {
   async update(caller: Caller, id: string, patch: unknown): Promise<Capsulefile> {
     const c = await this.ownDraft(caller, id);
     const definition = mergePatch(c.definition, patch);
+    await this.checkPackages(definition);
     if (!(await this.d.capsulefiles.updateDraft(c.id, definition)))
       throw new ApiError('resource_conflict', 'Capsulefile is finalized and immutable');
     return { ...c, definition };
@@ -110,6 +124,8 @@ export class CapsulefileService {
 
   async finalize(caller: Caller, id: string): Promise<Capsulefile> {
     const c = await this.ownDraft(caller, id);
+    // Immutable from here on: a package the capsule could never get is refused now, not at capsule create.
+    await this.checkPackages(c.definition);
     const done = await this.d.capsulefiles.finalize(c.id, this.d.clock.nowIso(), (definition, files) => ({
       content_hash: contentHash(definition, files),
       size_bytes: files.reduce((n, f) => n + f.size_bytes, 0),

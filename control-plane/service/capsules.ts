@@ -2,7 +2,7 @@
 // output. Every step that touches customer data records its activity event
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
-import type { ExecResult, FileEntry } from '../../shared/runner-protocol.js';
+import type { ExecRequest, ExecResult, FileEntry } from '../../shared/runner-protocol.js';
 import type {
   ApiForm,
   Caller,
@@ -17,9 +17,10 @@ import { EgressConfigError, LIVE_STATUSES } from '../domain/index.js';
 import { cycleStart, isoMicros } from './clock.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
+import { usageEntry } from './usage.js';
 import { fromRunner } from './runner-errors.js';
 import type { RecoveryGate } from './recovery.js';
-import { notFound as capsulefileNotFound, type CapsulefileService } from './capsulefiles.js';
+import { notFound as capsulefileNotFound, unmetPackagesWhy, type CapsulefileService } from './capsulefiles.js';
 import { profileNotFound, requireEgressTier, type EgressProfileService } from './egress-profiles.js';
 import { gate, type EgressSessions } from './egress-sessions.js';
 
@@ -112,13 +113,10 @@ export class CapsuleService {
     const pinned =
       input.capsulefile_id === undefined ? null : await this.capsulefiles.forCapsule(caller, input.capsulefile_id);
     const def = pinned?.capsulefile.definition;
+    // Checked at Capsulefile create and finalize too; again here in case the base image changed since.
     if (def?.packages) {
-      const missing = await this.d.baseImage.missingPackages(def.packages);
-      if (missing.length > 0)
-        throw invalid(
-          'capsulefile_id',
-          `declared package ${missing.join(', ')} is not in the base image (packages are never downloaded)`,
-        );
+      const unmet = await this.d.baseImage.unmetPackages(def.packages);
+      if (unmet.length > 0) throw invalid('capsulefile_id', unmetPackagesWhy(unmet));
     }
     // Capsulefile defaults apply under the request's own values, then the tier caps.
     const ttl = Math.min(input.ttl ?? def?.default_ttl ?? DEFAULT_TTL_SECONDS, limits.max_ttl_seconds);
@@ -126,7 +124,13 @@ export class CapsuleService {
       def?.memory_mb === undefined
         ? DEFAULT_MEMORY_MB
         : Math.min(def.memory_mb, this.d.capsulefileLimits[a.tier].max_memory_mb);
-    const outcome = await this.d.store.reserveCapsule(a.customer_id, limits, cycleStart(this.d.clock.nowMs()));
+    const billable = caller.key_mode === 'live';
+    const outcome = await this.d.store.reserveCapsule(
+      a.customer_id,
+      limits,
+      cycleStart(this.d.clock.nowMs()),
+      billable,
+    );
     if (outcome !== 'ok') {
       const what =
         outcome === 'concurrent_capsules'
@@ -155,7 +159,7 @@ export class CapsuleService {
       execution_count: 0,
       bytes_processed: 0,
       destroyed_at: null,
-      billable: caller.key_mode === 'live',
+      billable,
     };
     this.live.creating.add(id);
     try {
@@ -172,7 +176,7 @@ export class CapsuleService {
     memoryMb: number,
     pinned: Awaited<ReturnType<CapsulefileService['forCapsule']>> | null,
   ): Promise<Capsule> {
-    const { id, customer_id: customerId } = capsule;
+    const { id, customer_id: customerId, billable } = capsule;
     const def = pinned?.capsulefile.definition;
     // The proxy starts before the runner's capsule (the runner bridges its socket); its events wait for the row.
     const rowReady = gate();
@@ -190,7 +194,7 @@ export class CapsuleService {
           rowReady,
         );
       } catch (e) {
-        await this.d.store.unreserveCapsule(customerId);
+        await this.d.store.unreserveCapsule(customerId, billable);
         if (e instanceof EgressConfigError) {
           const field = /^(\w+):/.exec(e.message)?.[1] ?? 'egress_profile_id';
           throw new ApiError('invalid_parameters', e.message, { extra: { field } });
@@ -223,33 +227,37 @@ export class CapsuleService {
       });
     } catch (e) {
       await dropEgress();
-      await this.d.store.unreserveCapsule(customerId);
+      await this.d.store.unreserveCapsule(customerId, billable);
       throw fromRunner(e, 'capsule');
     }
     // Nothing half-written: the runner's capsule goes, the slot comes back.
     const undoStarted = async (): Promise<void> => {
       await this.d.runner.destroy(id).catch(() => undefined);
       await dropEgress();
-      await this.d.store.unreserveCapsule(customerId);
+      await this.d.store.unreserveCapsule(customerId, billable);
     };
     let inserted: InsertCapsuleOutcome;
     try {
-      inserted = await this.d.store.insertCapsule(capsule, {
-        type: 'CapsuleStarted',
-        at: capsule.created_at,
-        fields: {
-          data_classification: capsule.data_classification,
-          jurisdiction: capsule.jurisdiction,
-          region: this.d.region,
-          ...(capsule.capsulefile_id !== null
-            ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash }
-            : {}),
-          // The allowlist in force, bound into the trail: profile id and a hash of its rules as snapshotted now.
-          ...(egressRules !== null
-            ? { egress_profile_id: capsule.egress_profile_id, egress_rules_hash: rulesHash(egressRules) }
-            : {}),
+      inserted = await this.d.store.insertCapsule(
+        capsule,
+        {
+          type: 'CapsuleStarted',
+          at: capsule.created_at,
+          fields: {
+            data_classification: capsule.data_classification,
+            jurisdiction: capsule.jurisdiction,
+            region: this.d.region,
+            ...(capsule.capsulefile_id !== null
+              ? { capsulefile_id: capsule.capsulefile_id, capsulefile_content_hash: capsule.capsulefile_content_hash }
+              : {}),
+            // The allowlist in force, bound into the trail: profile id and a hash of its rules as snapshotted now.
+            ...(egressRules !== null
+              ? { egress_profile_id: capsule.egress_profile_id, egress_rules_hash: rulesHash(egressRules) }
+              : {}),
+          },
         },
-      });
+        usageEntry(this.d, 'capsule', 1, capsule.created_at),
+      );
     } catch (e) {
       await undoStarted();
       throw e;
@@ -286,6 +294,8 @@ export class CapsuleService {
       input_data?: string | undefined;
       input_filename?: string | undefined;
       timeout?: number | undefined;
+      /** Working directory inside the capsule (runner default: /data). */
+      cwd?: ExecRequest['cwd'];
     },
     form?: ApiForm,
   ): Promise<ExecResult> {
@@ -315,6 +325,7 @@ export class CapsuleService {
         timeout_ms: timeoutS * 1000,
         ...(req.input_data !== undefined ? { input_b64: Buffer.from(req.input_data, 'utf8').toString('base64') } : {}),
         ...(req.input_filename !== undefined ? { input_filename: req.input_filename } : {}),
+        ...(req.cwd !== undefined ? { cwd: req.cwd } : {}),
       };
       try {
         result = await this.d.runner.exec(execReq);
@@ -325,9 +336,12 @@ export class CapsuleService {
       await this.egress.flush(c.id);
       const last = this.live.end(c.id) === 0;
       settled = true;
+      const completedAt = this.d.clock.nowIso();
+      const usage = usageEntry(this.d, 'exec', Math.max(0, Math.round(result.duration_ms)), completedAt);
       const side = {
         executions: 1,
         bytes: inputBytes,
+        usage,
         ...(last ? { move: { from: ['executing'] as const, to: 'active' as const } } : {}),
       };
       if (!this.live.destroying.has(c.id)) {
@@ -341,13 +355,13 @@ export class CapsuleService {
         await this.d.store.appendActivity(
           c.id,
           result.oom_killed ? 'ExecutionOomKilled' : 'ExecutionCompleted',
-          this.d.clock.nowIso(),
+          completedAt,
           fields,
           side,
         );
       } else {
         // Destruction has begun: its DestructionInitiated stays the last event.
-        await this.d.store.addUsage(c.id, 1, inputBytes);
+        await this.d.store.addUsage(c.id, 1, inputBytes, usage);
       }
     } finally {
       if (!settled && this.live.end(c.id) === 0)

@@ -3,14 +3,21 @@ import type { CryptoProvider } from '../../shared/proof/index.js';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
 import type { BaseImage, CapsulefileStore } from '../capsulefile/index.js';
 import type {
+  BillingStore,
+  CheckoutPort,
   Clock,
   EgressLauncher,
   EgressProfileStore,
+  KeyStore,
+  PriceTable,
+  PurchasableTier,
   Random,
   SecretBox,
   Store,
   Tier,
   TierTable,
+  UsageStore,
+  WebhookVerifier,
 } from '../domain/index.js';
 import type { RegulatoryMapping } from './regulatory.js';
 
@@ -21,8 +28,24 @@ export interface Log {
   error(obj: object, msg?: string): void;
 }
 
+/** Self-service billing through the payment processor; a null part answers 503 naming `missing`. */
+export interface BillingDeps {
+  checkout: CheckoutPort | null;
+  webhooks: WebhookVerifier | null;
+  /** Processor price id per purchasable tier (unset: that tier answers 503). */
+  prices: Partial<Record<PurchasableTier, string>>;
+  successUrl: string;
+  cancelUrl: string;
+}
+
 export interface Deps {
   store: Store;
+  keys: KeyStore;
+  usage: UsageStore;
+  billingStore: BillingStore;
+  billing: BillingDeps;
+  /** Price table of the usage estimate (policies/prices.yaml). */
+  prices: PriceTable;
   capsulefiles: CapsulefileStore;
   egressProfiles: EgressProfileStore;
   /** Seals and opens secrets stored at rest (under the operator's master key). */

@@ -21,6 +21,7 @@ import type { Deps } from './deps.js';
 import { newId } from './ids.js';
 import type { EgressSessions } from './egress-sessions.js';
 import { regulatoryContext } from './regulatory.js';
+import { usageEntry } from './usage.js';
 import { fromRunner } from './runner-errors.js';
 
 /** Ephemeral keys are not an authority's keys; the key record names them so. */
@@ -159,6 +160,7 @@ export class DestructionService {
           created_at: this.d.clock.nowIso(),
         },
         key: this.keyRecord(record.attestation.key_id, publicKey),
+        usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
       });
       this.egress.forget(c.id);
       this.d.log.info({ capsule_id: c.id, trigger }, 'capsule destroyed');
@@ -225,6 +227,7 @@ export class DestructionService {
         created_at: this.d.clock.nowIso(),
       },
       key: record.attestation ? this.keyRecord(record.attestation.key_id, publicKey) : null,
+      usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
     });
     this.d.log.warn({ capsule_id: c.id, reason }, 'capsule expired unclean');
   }

@@ -5,6 +5,7 @@
 // returns the key destruction evidence for chain step 4.
 import type { EgressActivity, EgressSpec, RunningEgress } from '../domain/index.js';
 import type { Deps } from './deps.js';
+import { usageEntry } from './usage.js';
 
 interface Session {
   egress: RunningEgress;
@@ -55,7 +56,16 @@ export class EgressSessions {
       const { type, at, ...fields } = e;
       s.trail = s.trail
         .then(() => ready.promise)
-        .then(() => this.d.store.appendActivity(spec.capsuleId, type, at, fields))
+        // Each request through the sealed layer is a billable event: its usage item goes in with its event.
+        .then(() =>
+          this.d.store.appendActivity(
+            spec.capsuleId,
+            type,
+            at,
+            fields,
+            type === 'SealedHttpRequest' ? { usage: usageEntry(this.d, 'egress_request', 1, at) } : {},
+          ),
+        )
         .then(
           () => {
             s.recorded++;

@@ -12,6 +12,9 @@ export function newApiKey(mode: 'live' | 'test', random: Random): string {
   return `svc_${mode}_${hex(random(16))}`;
 }
 
+/** Characters of a key shown in listings (`svc_live_` plus three hex digits). */
+export const KEY_PREFIX_CHARS = 12;
+
 /** Keys are stored only as this digest. */
 export const hashApiKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 

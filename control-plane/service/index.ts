@@ -1,5 +1,9 @@
 // Public entry of the service layer.
 import { AccountService } from './accounts.js';
+import { KeyService } from './api-keys.js';
+import { BillingService } from './billing.js';
+import { MfaService } from './mfa.js';
+import { UsageService } from './usage.js';
 import { CapsulefileService } from './capsulefiles.js';
 import { CapsuleService, LiveState } from './capsules.js';
 import type { Deps } from './deps.js';
@@ -10,7 +14,9 @@ import { ProofService } from './proofs.js';
 import { recover, RecoveryGate } from './recovery.js';
 import { Sweeper } from './sweeper.js';
 
-export type { Deps, Log } from './deps.js';
+export type { BillingDeps, Deps, Log } from './deps.js';
+export { ITEM_FIELDS, itemRow, itemView } from './usage.js';
+export { issueKey } from './api-keys.js';
 export { systemClock, systemRandom, isoMicros, cycleStart } from './clock.js';
 export { parseRegulatoryMapping, regulatoryContext, type RegulatoryMapping } from './regulatory.js';
 export { publicLimits, SIGNUP_WARNING } from './accounts.js';
@@ -32,6 +38,10 @@ export interface Services {
   egressProfiles: EgressProfileService;
   /** Running sealed egress layers (stopAll at shutdown). */
   egress: EgressSessions;
+  keys: KeyService;
+  mfa: MfaService;
+  usage: UsageService;
+  billing: BillingService;
 }
 
 export function buildServices(d: Deps, sweepIntervalMs: number): Services {
@@ -51,6 +61,10 @@ export function buildServices(d: Deps, sweepIntervalMs: number): Services {
     recovery,
     egressProfiles,
     egress,
+    keys: new KeyService(d),
+    mfa: new MfaService(d),
+    usage: new UsageService(d),
+    billing: new BillingService(d),
   };
 }
 export { emitLegacySessionProof } from './legacy-proof.js';

@@ -9,8 +9,13 @@
 // the SPEC chain rule with SHA-256 in place of SHA-512, signed by its own
 // fresh ephemeral key (registered for GET /v1/keys/:id, then zeroized).
 // Verifiers check it at reduced scope (chain_recomputed false).
+//
+// Its key id has the CONTRACT section 8 form, named by the instant this 1.0
+// document was signed: the destroyed_at name already belongs to the 2.1
+// record's key, and key ids are unique in the registry.
 import { createHash } from 'node:crypto';
 import * as ed from '@noble/ed25519';
+import { ephemeralKeyId } from '../../shared/proof/index.js';
 import type { KeyRecord, Random } from '../domain/index.js';
 
 const STEPS: [string, string, string][] = [
@@ -27,8 +32,16 @@ const STEPS: [string, string, string][] = [
 const sha256 = (s: string): string => createHash('sha256').update(s, 'utf8').digest('hex');
 ed.hashes.sha512 = (m: Uint8Array) => new Uint8Array(createHash('sha512').update(m).digest());
 
-export function legacyKeyId(destroyedAt: string, sessionId: string): string {
-  return `svc-verify-${destroyedAt.replace(/[-:.]/g, '')}-${sessionId.slice(0, 12)}-v1`;
+/** `t` (six fraction digits) plus one microsecond. */
+function nextMicrosecond(t: string): string {
+  const total = Date.parse(`${t.slice(0, 23)}Z`) * 1000 + Number(t.slice(23, 26)) + 1;
+  const ms = Math.floor(total / 1000);
+  return `${new Date(ms).toISOString().slice(0, -1)}${String(total - ms * 1000).padStart(3, '0')}Z`;
+}
+
+/** The 1.0 document's signing instant: now, and strictly after destroyed_at (a frozen test clock may equal it). */
+export function legacySignedAt(destroyedAt: string, nowIso: string): string {
+  return nowIso > destroyedAt ? nowIso : nextMicrosecond(destroyedAt);
 }
 
 export function emitLegacySessionProof(
@@ -46,7 +59,8 @@ export function emitLegacySessionProof(
   try {
     const pub = ed.getPublicKey(seed);
     const sig = ed.sign(new TextEncoder().encode(prev), seed);
-    const keyId = legacyKeyId(destroyedAt, sessionId);
+    const signedAt = legacySignedAt(destroyedAt, nowIso);
+    const keyId = ephemeralKeyId(signedAt, sessionId);
     const publicKey = Buffer.from(pub).toString('base64');
     return {
       doc: {
@@ -66,7 +80,7 @@ export function emitLegacySessionProof(
         key_id: keyId,
         algorithm: 'Ed25519',
         public_key: publicKey,
-        created_at: nowIso,
+        created_at: signedAt,
         signing_authority_id: 'svc-ephemeral',
         signing_key_version: 1,
       },

@@ -9,11 +9,14 @@ import {
 } from '../../shared/proof/index.js';
 import type { Caller, KeyRecord, StoredProof } from '../domain/index.js';
 import type { Deps } from './deps.js';
+import { verifyHostedRequest, type HostedResult } from './hosted-verify.js';
+import { VerifyPool } from './verify-pool.js';
 
 const proofNotFound = (): ApiError =>
   new ApiError('resource_not_found', 'proof not found (the capsule may not be destroyed yet)');
 
 export class ProofService {
+  private readonly pool = new VerifyPool();
   constructor(private readonly d: Deps) {}
 
   private async stored(capsuleId: string): Promise<StoredProof> {
@@ -48,17 +51,43 @@ export class ProofService {
     };
   }
 
-  /** GET /v1/capsules/:id/cdp/verify (public; the URL is the capability). */
+  /**
+   * GET /v1/capsules/:id/cdp/verify (public; the URL is the capability): the
+   * canonical AuditProof with the activity trail (SPEC: "includes the
+   * capsule's activity trail"), bound by its signed `activity_root`. The
+   * record's evidence and internal ids stay out.
+   */
   async publicProof(capsuleId: string, presentation: boolean): Promise<Record<string, unknown>> {
     const r = (await this.stored(capsuleId)).record as unknown as AuditRecord;
-    return presentation ? toPresentation(r) : (toAuditProof(r) as unknown as Record<string, unknown>);
+    if (presentation) return toPresentation(r);
+    return { ...(toAuditProof(r) as unknown as Record<string, unknown>), activity: r.activity };
   }
 
+  /** The stored-proof check: the full document, offline rules. */
   verify(doc: unknown): VerifyResult {
     return verifyProof(doc, {
       now: () => this.d.clock.nowIso(),
       ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}),
     });
+  }
+
+  /** POST /v1/verify on a parsed body, in this thread (small bodies). */
+  verifyRequest(body: unknown): HostedResult {
+    return verifyHostedRequest(body, () => this.d.clock.nowIso(), this.d.proofCrypto);
+  }
+
+  /** POST /v1/verify on the body's JSON bytes, parsed and verified in the verify worker (large bodies). */
+  async verifyRequestJson(bytes: Uint8Array): Promise<HostedResult> {
+    try {
+      return await this.pool.run(bytes, this.d.clock.nowIso());
+    } catch (e) {
+      if (e instanceof ApiError) throw e;
+      throw new ApiError('internal_error', 'internal error', { cause: e });
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
   }
 
   async key(keyId: string): Promise<KeyRecord> {

@@ -1,5 +1,7 @@
 // Translates runner failures into API errors. Runner messages name the field
-// for `invalid`; other causes are logged at the edge, never sent.
+// for `invalid`; other causes are logged at the edge, never sent. Only an
+// unreachable runner is a 503 (retry later); anything unexpected is a 500, so
+// clients do not retry a bug.
 import { ApiError } from '../../shared/errors.js';
 import { RunnerError } from '../../shared/runner-protocol.js';
 
@@ -9,8 +11,10 @@ export function fromRunner(e: unknown, what: string): ApiError {
     switch (e.code) {
       case 'not_found':
         return new ApiError('resource_not_found', `${what} not found`, { cause: e });
-      case 'invalid':
-        return new ApiError('invalid_parameters', e.message, { cause: e, extra: {} });
+      case 'invalid': {
+        const field = /^([\w.]+):/.exec(e.message)?.[1];
+        return new ApiError('invalid_parameters', e.message, { cause: e, extra: field ? { field } : {} });
+      }
       case 'too_large':
         return new ApiError('payload_too_large', `${what}: exceeds the size bound`, { cause: e });
       case 'no_space':
@@ -26,9 +30,6 @@ export function fromRunner(e: unknown, what: string): ApiError {
         return new ApiError('internal_error', 'internal error', { cause: e });
     }
   }
-  // Socket closed, refused, timed out: the runner is down.
-  return new ApiError('service_unavailable', 'the capsule runner is unavailable', {
-    cause: e,
-    extra: { retry_after: 5 },
-  });
+  // The runner client reports a closed, refused or timed-out socket as RunnerError('unavailable'); anything else is a bug.
+  return new ApiError('internal_error', 'internal error', { cause: e });
 }

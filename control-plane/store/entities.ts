@@ -36,6 +36,11 @@ export interface ApiKeyRow {
   mode: string;
   created_at: string;
   revoked: number;
+  id: string;
+  prefix: string;
+  last_used_at: string | null;
+  revoked_at: string | null;
+  mfa_verified_until: string | null;
 }
 export const ApiKeyEntity = new EntitySchema<ApiKeyRow>({
   name: 'ApiKeyRow',
@@ -46,6 +51,11 @@ export const ApiKeyEntity = new EntitySchema<ApiKeyRow>({
     mode: { type: 'string' },
     created_at: { type: 'string' },
     revoked: { type: 'integer' },
+    id: { type: 'string', unique: true },
+    prefix: { type: 'string' },
+    last_used_at: { type: 'string', nullable: true },
+    revoked_at: { type: 'string', nullable: true },
+    mfa_verified_until: { type: 'string', nullable: true },
   },
 });
 

@@ -1,8 +1,11 @@
 // Public entry of the storage adapter.
-import type { EgressProfileStore, Store } from '../domain/index.js';
+import type { BillingStore, EgressProfileStore, KeyStore, Store, UsageStore } from '../domain/index.js';
 import type { CapsulefileStore } from '../capsulefile/index.js';
 import { SqlCapsulefileStore } from './capsulefile-store.js';
+import { SqlBillingStore } from './billing-store.js';
 import { SqlEgressProfileStore } from './egress-store.js';
+import { SqlKeyStore } from './key-store.js';
+import { SqlUsageStore } from './usage-store.js';
 import { openOrm, type DbConfig } from './orm.js';
 import { SqlStore } from './sql-store.js';
 
@@ -13,14 +16,24 @@ export async function openStore(db: DbConfig): Promise<Store> {
   return new SqlStore(await openOrm(db));
 }
 
+export interface Stores {
+  store: Store;
+  capsulefiles: CapsulefileStore;
+  egressProfiles: EgressProfileStore;
+  keys: KeyStore;
+  usage: UsageStore;
+  billing: BillingStore;
+}
+
 /** Every store over one database connection (closing `store` closes all). */
-export async function openStores(
-  db: DbConfig,
-): Promise<{ store: Store; capsulefiles: CapsulefileStore; egressProfiles: EgressProfileStore }> {
+export async function openStores(db: DbConfig): Promise<Stores> {
   const orm = await openOrm(db);
   return {
     store: new SqlStore(orm),
     capsulefiles: new SqlCapsulefileStore(orm),
     egressProfiles: new SqlEgressProfileStore(orm),
+    keys: new SqlKeyStore(orm),
+    usage: new SqlUsageStore(orm),
+    billing: new SqlBillingStore(orm),
   };
 }

@@ -85,8 +85,50 @@ export class Migration0003EgressProfiles extends Migration {
   }
 }
 
+export class Migration0011Accounts extends Migration {
+  override up(): void {
+    // API keys gain an id, a display prefix, use and revocation times, and the
+    // key's MFA verification. Keys issued before this migration get an id from
+    // their hash and a prefix of their mode only (the key itself was never stored).
+    this.addSql(`alter table "api_keys" add column "id" varchar(64) null`);
+    this.addSql(`alter table "api_keys" add column "prefix" varchar(16) null`);
+    this.addSql(`alter table "api_keys" add column "last_used_at" varchar(40) null`);
+    // When the key stops working; a future value is a rotation grace still running.
+    this.addSql(`alter table "api_keys" add column "revoked_at" varchar(40) null`);
+    this.addSql(`alter table "api_keys" add column "mfa_verified_until" varchar(40) null`);
+    this.addSql(`update "api_keys" set "id" = 'key_' || substr("key_hash", 1, 24), "prefix" = 'svc_' || "mode" || '_'`);
+    this.addSql(`update "api_keys" set "revoked_at" = "created_at" where "revoked" = 1`);
+    this.addSql(`create unique index "api_keys_id_uq" on "api_keys" ("id")`);
+    this.addSql(`create index "api_keys_customer_idx" on "api_keys" ("customer_id", "created_at", "id")`);
+    // The TOTP factor (secret sealed at rest), its wrong-code budget and replay guard.
+    this.addSql(`create table "mfa_factors" (
+      "customer_id" varchar(64) primary key references "accounts" ("customer_id"),
+      "secret_sealed" text not null, "state" varchar(16) not null, "created_at" varchar(40) not null,
+      "activated_at" varchar(40) null, "last_step" bigint null,
+      "attempts" integer not null default 0, "attempts_window_start" varchar(40) null)`);
+    this.addSql(`create table "mfa_recovery_codes" (
+      "customer_id" varchar(64) not null references "accounts" ("customer_id"), "code_hash" varchar(64) not null,
+      "used_at" varchar(40) null, primary key ("customer_id", "code_hash"))`);
+    // One row per billable event, written in the transaction of the event itself.
+    this.addSql(`create table "usage_items" (
+      "id" varchar(64) primary key, "customer_id" varchar(64) not null, "kind" varchar(24) not null,
+      "capsule_id" varchar(64) not null, "quantity" bigint not null, "billable" integer not null,
+      "created_at" varchar(40) not null)`);
+    this.addSql(`create index "usage_items_customer_idx" on "usage_items" ("customer_id", "created_at", "id")`);
+    // Payment processor state: processed event ids (replays are ignored) and each account's subscription.
+    this.addSql(`create table "billing_events" (
+      "event_id" varchar(255) primary key, "type" varchar(128) not null, "received_at" varchar(40) not null)`);
+    this.addSql(`create table "billing_subscriptions" (
+      "customer_id" varchar(64) primary key references "accounts" ("customer_id"),
+      "processor_customer" varchar(255) null, "subscription" varchar(255) null, "tier" varchar(32) not null,
+      "updated_at" varchar(40) not null)`);
+    this.addSql(`create index "billing_subscriptions_sub_idx" on "billing_subscriptions" ("subscription")`);
+  }
+}
+
 export const MIGRATIONS = [
   { name: 'Migration0001Initial', class: Migration0001Initial },
   { name: 'Migration0002Capsulefiles', class: Migration0002Capsulefiles },
   { name: 'Migration0003EgressProfiles', class: Migration0003EgressProfiles },
+  { name: 'Migration0011Accounts', class: Migration0011Accounts },
 ];

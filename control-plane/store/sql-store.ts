@@ -8,6 +8,7 @@ import type { ActivityEvent } from '../../shared/proof/index.js';
 import type {
   ActivitySide,
   Account,
+  Caller,
   Capsule,
   InsertCapsuleOutcome,
   CapsulePage,
@@ -23,6 +24,7 @@ import type {
   Store,
   StoredProof,
   Tier,
+  UsageEntry,
 } from '../domain/index.js';
 import {
   AccountEntity,
@@ -38,7 +40,8 @@ import {
   type ProofRow,
 } from './entities.js';
 import type { Orm } from './orm.js';
-import { after, num, page, run } from './sql.js';
+import { after, all, num, page, run } from './sql.js';
+import { insertUsage } from './usage-store.js';
 import { LIVE_STATUSES } from '../domain/index.js';
 
 function toAccount(r: AccountRow): Account {
@@ -133,6 +136,11 @@ export class SqlStore implements Store {
           mode: a.key_mode,
           created_at: a.created_at,
           revoked: 0,
+          id: a.key_id,
+          prefix: a.key_prefix,
+          last_used_at: null,
+          revoked_at: null,
+          mfa_verified_until: null,
         });
       });
     } catch (e) {
@@ -141,18 +149,36 @@ export class SqlStore implements Store {
     return toAccount(row);
   }
 
-  async findCallerByKeyHash(hash: string): Promise<{ account: Account; key_mode: 'live' | 'test' } | null> {
-    // One round trip per authenticated request.
-    const rows = await this.em()
-      .getConnection()
-      .execute<(AccountRow & { mode: string })[]>(
-        `select a.*, k."mode" from "api_keys" k join "accounts" a on a."customer_id" = k."customer_id"
-       where k."key_hash" = ? and k."revoked" = 0`,
-        [hash],
-        'all',
-      );
+  async findCallerByKeyHash(hash: string, nowIso: string, touchBeforeIso: string): Promise<Caller | null> {
+    // One round trip per authenticated request (a second, rare one refreshes last_used_at).
+    const rows = await all<
+      AccountRow & {
+        k_id: string;
+        k_mode: string;
+        k_last_used_at: string | null;
+        k_mfa_until: string | null;
+        mfa_state: string | null;
+      }
+    >(
+      this.em(),
+      `select a.*, k."id" as "k_id", k."mode" as "k_mode", k."last_used_at" as "k_last_used_at",
+         k."mfa_verified_until" as "k_mfa_until", m."state" as "mfa_state"
+       from "api_keys" k join "accounts" a on a."customer_id" = k."customer_id"
+       left join "mfa_factors" m on m."customer_id" = k."customer_id"
+       where k."key_hash" = ? and k."revoked" = 0 and (k."revoked_at" is null or k."revoked_at" > ?)`,
+      [hash, nowIso],
+    );
     const r = rows[0];
-    return r ? { account: toAccount(r), key_mode: r.mode === 'test' ? 'test' : 'live' } : null;
+    if (!r) return null;
+    if (r.k_last_used_at === null || r.k_last_used_at < touchBeforeIso)
+      await this.run('update "api_keys" set "last_used_at" = ? where "key_hash" = ?', [nowIso, hash]);
+    return {
+      account: toAccount(r),
+      key_mode: r.k_mode === 'test' ? 'test' : 'live',
+      key_id: r.k_id,
+      mfa: r.mfa_state === 'active' ? 'active' : r.mfa_state === 'pending' ? 'pending' : 'none',
+      mfa_verified_until: r.k_mfa_until,
+    };
   }
 
   async getAccount(customerId: string): Promise<Account | null> {
@@ -177,13 +203,27 @@ export class SqlStore implements Store {
     );
   }
 
-  async reserveCapsule(customerId: string, limits: Limits, cycleStart: string): Promise<ReserveOutcome> {
+  async reserveCapsule(
+    customerId: string,
+    limits: Limits,
+    cycleStart: string,
+    billable: boolean,
+  ): Promise<ReserveOutcome> {
     const BIG = Number.MAX_SAFE_INTEGER;
     const monthly = limits.capsules_per_month ?? BIG;
     const live = limits.concurrent_capsules ?? BIG;
     const cdps = limits.cdp_limit ?? BIG;
     return this.em().transactional(async (em) => {
       await this.rollCycle(customerId, cycleStart, em);
+      // A test-key capsule takes a live slot only.
+      if (!billable) {
+        const t = await this.run(
+          'update "accounts" set "live_capsules" = "live_capsules" + 1 where "customer_id" = ? and "live_capsules" < ?',
+          [customerId, live],
+          em,
+        );
+        return t === 1 ? 'ok' : 'concurrent_capsules';
+      }
       const n = await this.run(
         `update "accounts" set "capsules_used" = "capsules_used" + 1, "live_capsules" = "live_capsules" + 1
          where "customer_id" = ? and "capsules_used" < ? and "live_capsules" < ? and "cdps_used" < ?`,
@@ -206,7 +246,8 @@ export class SqlStore implements Store {
     );
   }
 
-  async unreserveCapsule(customerId: string): Promise<void> {
+  async unreserveCapsule(customerId: string, billable: boolean): Promise<void> {
+    if (!billable) return this.releaseLive(customerId);
     await this.run(
       `update "accounts" set "live_capsules" = case when "live_capsules" > 0 then "live_capsules" - 1 else 0 end,
        "capsules_used" = case when "capsules_used" > 0 then "capsules_used" - 1 else 0 end where "customer_id" = ?`,
@@ -218,6 +259,7 @@ export class SqlStore implements Store {
   async insertCapsule(
     c: Capsule,
     first: { type: string; at: string; fields: Record<string, unknown> },
+    usage: UsageEntry,
   ): Promise<InsertCapsuleOutcome> {
     const row: CapsuleRow = {
       id: c.id,
@@ -269,6 +311,7 @@ export class SqlStore implements Store {
           at: first.at,
           fields: JSON.stringify(first.fields),
         });
+        await insertUsage(em, usage, c.customer_id, c.id, c.billable);
         return 'ok';
       });
     } catch (e) {
@@ -301,11 +344,16 @@ export class SqlStore implements Store {
     return (await this.em().nativeUpdate(CapsuleEntity, { id, status: { $in: [...from] } }, set)) > 0;
   }
 
-  async addUsage(id: string, executions: number, bytes: number): Promise<void> {
-    await this.run(
-      'update "capsules" set "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ?',
-      [executions, bytes, id],
-    );
+  async addUsage(id: string, executions: number, bytes: number, usage?: UsageEntry): Promise<void> {
+    await this.em().transactional(async (em) => {
+      const rows = await all<{ customer_id: string; billable: unknown }>(
+        em,
+        'update "capsules" set "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "customer_id", "billable"',
+        [executions, bytes, id],
+      );
+      const r = rows[0];
+      if (r && usage) await insertUsage(em, usage, r.customer_id, id, num(r.billable) === 1);
+    });
   }
 
   async liveCapsules(): Promise<Capsule[]> {
@@ -333,17 +381,16 @@ export class SqlStore implements Store {
     // The seq counter row is locked by the UPDATE until commit: exact order under concurrency.
     return this.em().transactional(async (em) => {
       // UPDATE ... RETURNING (SQLite 3.35+, PostgreSQL): one statement moves and reads the counter.
-      const rows = await em
-        .getConnection()
-        .execute<{ activity_seq: number }[]>(
-          'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "activity_seq"',
-          [side.executions ?? 0, side.bytes ?? 0, capsuleId],
-          'all',
-          em.getTransactionContext(),
-        );
-      if (rows.length !== 1) throw new ApiError('resource_not_found', 'capsule not found');
-      const seq = num(rows[0]?.activity_seq);
+      const rows = await all<{ activity_seq: number; customer_id: string; billable: unknown }>(
+        em,
+        'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "activity_seq", "customer_id", "billable"',
+        [side.executions ?? 0, side.bytes ?? 0, capsuleId],
+      );
+      const row = rows[0];
+      if (rows.length !== 1 || !row) throw new ApiError('resource_not_found', 'capsule not found');
+      const seq = num(row.activity_seq);
       await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
+      if (side.usage) await insertUsage(em, side.usage, row.customer_id, capsuleId, num(row.billable) === 1);
       if (side.move)
         await em.nativeUpdate(
           CapsuleEntity,
@@ -450,6 +497,7 @@ export class SqlStore implements Store {
             [p.customer_id],
             em,
           );
+        await insertUsage(em, d.usage, p.customer_id, d.capsule.id, d.capsule.billable);
         const set: Partial<CapsuleRow> = { status: d.status };
         if (d.destroyed_at !== null) set.destroyed_at = d.destroyed_at;
         const moved = await em.nativeUpdate(CapsuleEntity, { id: d.capsule.id, status: { $in: [...d.from] } }, set);

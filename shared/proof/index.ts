@@ -11,6 +11,12 @@ export { generateEphemeralKey, ephemeralKeyId, partialKeyId } from './keys.js';
 export type { RecordInput, PartialRecordInput } from './emit.js';
 export { emitRecord, emitPartialRecord, performedVerifiableOperation, EMITTED_CDP_VERSION } from './emit.js';
 export { toAuditProof, toPresentation, RECORD_ONLY_MEMBERS, type PresentationOptions } from './project.js';
+export {
+  verifyPresentation,
+  isPresentation,
+  type PresentationChecks,
+  type PresentationResult,
+} from './presentation.js';
 export type { VerifyOptions } from './verify.js';
 /** Never throws: every input gets a result. */
 export { verifyProof, systemNow, STAGE_NAMES } from './verify.js';

@@ -26,8 +26,10 @@ for (const driver of DRIVERS) {
       t.same(r.body.limits, {
         capsules_per_month: 100,
         max_ttl_seconds: 300,
+        max_lifetime_seconds: 300,
         concurrent_capsules: 3,
         rate_limit_rpm: 20,
+        upload_max_bytes: 16 * 1024 * 1024,
       });
       t.match(r.body.warning, /shown once/);
       t.match(r.headers.get('x-svc-request-id'), /^req_[0-9a-f]{24}$/);

@@ -52,6 +52,38 @@ export async function freshDb(driver: Driver): Promise<FreshDb> {
   };
 }
 
+/**
+ * Runs one SQL statement directly on a test database (`?` placeholders on both
+ * drivers), for checks of what is stored at rest. Rows as objects.
+ */
+export async function dbQuery(driver: Driver, db: FreshDb, sql: string, params: unknown[] = []): Promise<any[]> {
+  if (driver === 'postgresql') {
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    try {
+      let i = 0;
+      return (
+        await c.query(
+          sql.replace(/\?/g, () => `$${++i}`),
+          params,
+        )
+      ).rows;
+    } finally {
+      await c.end();
+    }
+  }
+  // The SQLite driver under MikroORM's libsql dialect (better-sqlite3 API); a busy timeout beside the server's writer.
+  const { default: Database } = await import('libsql');
+  const d = new Database(db.url.replace(/^file:/, ''));
+  try {
+    d.pragma('busy_timeout = 5000');
+    const stmt = d.prepare(sql);
+    return stmt.reader ? (stmt.all(...params) as any[]) : (stmt.run(...params), []);
+  } finally {
+    d.close();
+  }
+}
+
 /** Writes an operator master key file (0600) into dir, as an operator would, and returns its path. */
 export function testMasterKeyFile(dir: string): string {
   const file = join(dir, 'operator-master.key');

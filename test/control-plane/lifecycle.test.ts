@@ -269,7 +269,7 @@ for (const driver of DRIVERS) {
       t.same((await api.req('GET', `/v1/capsules/${c.id}/cdp`, { key: alice.key })).body, d.cdp);
       const pub = await api.req('GET', `/v1/capsules/${c.id}/cdp/verify`);
       t.equal(pub.status, 200);
-      t.same(pub.body, d.audit_proof);
+      t.same(pub.body, { ...d.audit_proof, activity: d.cdp.activity }, 'the AuditProof with its activity trail');
       t.equal(verifyProof(pub.body).valid, true);
       const pres = await api.req('GET', `/v1/capsules/${c.id}/cdp/verify?format=presentation`);
       t.equal(pres.status, 200);

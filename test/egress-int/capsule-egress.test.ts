@@ -234,6 +234,14 @@ c.end();
           });
           const sealed = act.filter((e) => e.type === 'SealedHttpRequest');
           t.equal(sealed.length, 3);
+          // Each sealed request is a billable event: one usage item, written with its trail event.
+          const usage = await api.req('GET', '/v1/usage/items?limit=100', { key: k });
+          const egressItems = usage.body.items.filter((i: any) => i.capsule_id === id && i.kind === 'egress_request');
+          t.same(
+            egressItems.map((i: any) => [i.created_at, i.quantity, i.unit, i.mode]).sort(),
+            sealed.map((e) => [e.at, 1, 'request', 'live']).sort(),
+            'one egress_request usage item per SealedHttpRequest',
+          );
           const cases: [string, number][] = [
             ['hello-curl', 1],
             ['hello-python', 2],

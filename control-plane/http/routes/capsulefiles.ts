@@ -6,6 +6,7 @@ import { readRaw } from '../body.js';
 import { caller, type AppDeps, type Ctx } from '../context.js';
 import { auth, idempotent, json } from '../middleware.js';
 import { paging } from '../paging.js';
+import { queryParam } from '../query.js';
 import { capsulefileDetail, capsulefileItem } from './views.js';
 
 const CURSOR_RE = /^[0-9TZ:.-]{20,40}\|cf_[a-z0-9_]{1,64}$/;
@@ -46,13 +47,12 @@ export function capsulefileRoutes(d: AppDeps): Router {
 
   r.post('/v1/capsulefiles/:id/files', a, async (ctx: Ctx) => {
     const id = ctx.params.id ?? '';
-    const filename = ctx.query.filename;
-    if (typeof filename !== 'string' || filename === '') throw invalid('filename', 'query parameter is required');
+    const filename = queryParam(ctx, 'filename', true);
     // Ownership and draft state before reading up to 16 MiB of body.
     await s.ownDraft(caller(ctx), id);
     let bytes: Buffer;
     try {
-      bytes = await readRaw(ctx, limits.FILE_MAX_BYTES);
+      bytes = await readRaw(ctx, { limit: limits.FILE_MAX_BYTES, idleTimeoutMs: ctx.state.http.bodyIdleTimeoutMs });
     } catch (e) {
       // A Capsulefile file over its fixed bound is bad input (400, docs/CAPSULEFILE.md), not a tier limit.
       if (e instanceof ApiError && e.code === 'payload_too_large')

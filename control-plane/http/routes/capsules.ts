@@ -1,14 +1,17 @@
 // Authenticated capsule and proof routes.
 import Router from '@koa/router';
-import { invalid } from '../../../shared/errors.js';
+import { ApiError, invalid } from '../../../shared/errors.js';
 import { checkExecSizes, createCapsuleSchema, execSchema, parseBody, validateMetadata } from '../../domain/index.js';
 import { readRaw } from '../body.js';
 import { caller, type AppDeps, type Ctx } from '../context.js';
 import { auth, idempotent, json } from '../middleware.js';
 import { paging } from '../paging.js';
-import { capsuleCreated, capsuleStatus, contentTypeFor, execView, fileView } from './views.js';
+import { queryParam } from '../query.js';
+import { attachment, capsuleCreated, capsuleStatus, contentTypeFor, execView, fileView } from './views.js';
 
 const CURSOR_RE = /^[0-9TZ:.-]{20,40}\|[a-z]+_[0-9a-f]{1,64}$/;
+/** Where a Capsulefile entrypoint starts: its files, read-only (docs/CAPSULEFILE.md). */
+const ENTRYPOINT_CWD = '/capsule/app' as const;
 
 export function capsuleRoutes(d: AppDeps): Router {
   const r = new Router<Ctx['state']>();
@@ -48,17 +51,33 @@ export function capsuleRoutes(d: AppDeps): Router {
     // Ownership (404) before the body (400); exec() checks liveness again after the body is read.
     const c = await s.capsules.owned(caller(ctx), id);
     const parsed = parseBody(execSchema, await json(ctx));
-    const body = { ...parsed, command: parsed.command ?? (await s.capsules.entrypointFor(c)) };
+    // The entrypoint runs where the Capsulefile's files are; a command given here runs in /data.
+    const body =
+      parsed.command !== undefined
+        ? { ...parsed, command: parsed.command }
+        : { ...parsed, command: await s.capsules.entrypointFor(c), cwd: ENTRYPOINT_CWD };
     checkExecSizes(body);
     ctx.body = execView(id, await s.capsules.exec(caller(ctx), id, body));
   });
 
   r.post('/v1/capsules/:id/upload', a, async (ctx: Ctx) => {
     const id = ctx.params.id ?? '';
-    const filename = ctx.query.filename;
-    if (typeof filename !== 'string' || filename === '') throw invalid('filename', 'query parameter is required');
+    const filename = queryParam(ctx, 'filename', true);
     await s.capsules.ownedLive(caller(ctx), id);
-    const bytes = await readRaw(ctx, d.options.uploadMaxBytes);
+    const account = caller(ctx).account;
+    const limit = s.accounts.limits(account).upload_max_bytes;
+    let bytes: Buffer;
+    try {
+      bytes = await readRaw(ctx, { limit, idleTimeoutMs: ctx.state.http.bodyIdleTimeoutMs });
+    } catch (e) {
+      if (e instanceof ApiError && e.code === 'payload_too_large')
+        throw new ApiError(
+          'payload_too_large',
+          `body: exceeds ${limit} bytes, the upload bound of tier ${account.tier} (limits.upload_max_bytes)`,
+          { extra: { field: 'body', limit: 'upload_max_bytes' } },
+        );
+      throw e;
+    }
     const entry = await s.capsules.upload(caller(ctx), id, filename, bytes);
     ctx.body = { capsule_id: id, ...fileView(entry) };
   });
@@ -72,6 +91,7 @@ export function capsuleRoutes(d: AppDeps): Router {
   r.get('/v1/capsules/:id/output/:filename', a, async (ctx: Ctx) => {
     const out = await s.capsules.readOutput(caller(ctx), ctx.params.id ?? '', ctx.params.filename ?? '');
     ctx.set('X-Svc-File-Sha512', out.entry.sha512);
+    ctx.set('Content-Disposition', attachment(out.entry.filename));
     ctx.type = contentTypeFor(out.entry.filename);
     ctx.body = Buffer.from(out.bytes);
   });

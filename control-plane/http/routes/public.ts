@@ -1,13 +1,34 @@
-// Public (no key) routes, each limited per source IP, and health.
+// Public (no key) routes, each limited per source IP: sign-up, contact,
+// verification, keys, health and the error documentation pages.
 import Router from '@koa/router';
-import { invalid } from '../../../shared/errors.js';
-import { ApiError } from '../../../shared/errors.js';
-import { contactSchema, parseBody, signupSchema, verifySchema } from '../../domain/index.js';
+import { ApiError, invalid } from '../../../shared/errors.js';
+import { contactSchema, parseBody, parseJsonObject, signupSchema } from '../../domain/index.js';
+import { ByteBudget, readJsonBytes } from '../body.js';
 import type { AppDeps, Ctx } from '../context.js';
+import { errorDocPages } from '../error-docs.js';
 import { ipLimit, json } from '../middleware.js';
+import { queryParam } from '../query.js';
 
-/** SPEC "Limits": per-IP limits on public endpoints, requests per minute. */
-export const PUBLIC_LIMITS = { signup: 10, verify: 60, contact: 5, cdpVerify: 30, keys: 120 } as const;
+/**
+ * SPEC "Limits": per-IP limits on public endpoints, requests per minute.
+ * Health and the error pages are not numbered there: generous, so probes and
+ * readers never hit them, yet bounded (docs/CONTROL_PLANE.md).
+ */
+export const PUBLIC_LIMITS = {
+  signup: 10,
+  verify: 60,
+  contact: 5,
+  cdpVerify: 30,
+  keys: 120,
+  health: 600,
+  docs: 600,
+} as const;
+
+/** Verify bodies up to this size are parsed and verified in the request thread (a proof is ~6 KB). */
+export const VERIFY_INLINE_MAX_BYTES = 64 * 1024;
+
+/** Error pages: nothing but the document itself may load (no scripts, styles, frames, forms). */
+const DOCS_CSP = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 async function within<T>(p: Promise<T>, ms: number): Promise<T> {
   let t: NodeJS.Timeout | undefined;
@@ -26,6 +47,10 @@ async function within<T>(p: Promise<T>, ms: number): Promise<T> {
 export function publicRoutes(d: AppDeps): Router {
   const r = new Router<Ctx['state']>();
   const s = d.services;
+  // Verify bodies of all clients together (an AuditRecord may be megabytes).
+  const verifyBudget = new ByteBudget(d.options.http.verifyInflightBytes);
+  const docs = errorDocPages(d.options.docsUrl);
+  const health = ipLimit(d, 'health', PUBLIC_LIMITS.health);
 
   r.post('/v1/signup', ipLimit(d, 'signup', PUBLIC_LIMITS.signup), async (ctx: Ctx) => {
     const b = parseBody(signupSchema, await json(ctx));
@@ -40,13 +65,20 @@ export function publicRoutes(d: AppDeps): Router {
   });
 
   r.post('/v1/verify', ipLimit(d, 'verify', PUBLIC_LIMITS.verify), async (ctx: Ctx) => {
-    const b = parseBody(verifySchema, await json(ctx));
-    if (b.cdp === undefined) throw invalid('cdp', 'is required');
-    ctx.body = s.proofs.verify(b.cdp);
+    const raw = await readJsonBytes(ctx, {
+      limit: d.options.http.verifyMaxBytes,
+      idleTimeoutMs: d.options.http.bodyIdleTimeoutMs,
+      budget: verifyBudget,
+    });
+    // A large record takes long to parse and verify: off the request thread, one at a time.
+    ctx.body =
+      raw.length <= VERIFY_INLINE_MAX_BYTES
+        ? s.proofs.verifyRequest(parseJsonObject(raw.toString('utf8')))
+        : await s.proofs.verifyRequestJson(raw);
   });
 
   r.get('/v1/capsules/:id/cdp/verify', ipLimit(d, 'cdp-verify', PUBLIC_LIMITS.cdpVerify), async (ctx: Ctx) => {
-    const format = ctx.query.format;
+    const format = queryParam(ctx, 'format');
     if (format !== undefined && format !== 'presentation') throw invalid('format', 'only "presentation" is supported');
     ctx.body = await s.proofs.publicProof(ctx.params.id ?? '', format === 'presentation');
   });
@@ -55,11 +87,11 @@ export function publicRoutes(d: AppDeps): Router {
     ctx.body = await s.proofs.key(ctx.params.id ?? '');
   });
 
-  r.get('/v1/health', async (ctx: Ctx) => {
+  r.get('/v1/health', health, async (ctx: Ctx) => {
     ctx.body = { status: 'healthy', version: d.options.version, timestamp: d.clock.nowIso() };
   });
 
-  r.get('/v1/health/ready', async (ctx: Ctx) => {
+  r.get('/v1/health/ready', health, async (ctx: Ctx) => {
     const checks = { database: 'ok', runner: 'ok' };
     await within(d.store.ping(), 2000).catch(() => {
       checks.database = 'unavailable';
@@ -73,6 +105,20 @@ export function publicRoutes(d: AppDeps): Router {
       });
     }
     ctx.body = { status: 'ready', checks, timestamp: d.clock.nowIso() };
+  });
+
+  // Where every envelope's doc_url points: HTML, or JSON on request.
+  r.get('/docs/errors/:code', ipLimit(d, 'docs', PUBLIC_LIMITS.docs), async (ctx: Ctx) => {
+    const page = docs.get(ctx.params.code ?? '');
+    if (!page) throw new ApiError('resource_not_found', 'no such error code');
+    ctx.vary('Accept');
+    if (ctx.accepts('html', 'json') === 'json') {
+      ctx.body = page.json;
+      return;
+    }
+    ctx.set('Content-Security-Policy', DOCS_CSP);
+    ctx.type = 'text/html; charset=utf-8';
+    ctx.body = page.html;
   });
 
   return r;

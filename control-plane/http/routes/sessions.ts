@@ -32,12 +32,30 @@ export function sessionRoutes(d: AppDeps): Router {
     };
   });
 
+  // The session form of GET /v1/capsules/:id: the same status read under the variant's names.
+  r.get('/v1/sessions/:id', a, async (ctx: Ctx) => {
+    const c = await s.capsules.owned(caller(ctx), ctx.params.id ?? '', 'session');
+    ctx.body = {
+      session_id: c.id,
+      status: c.status,
+      ttl_seconds: c.ttl_seconds,
+      created_at: c.created_at,
+      expires_at: c.expires_at,
+      data_classification: c.data_classification,
+      execution_count: c.execution_count,
+      bytes_processed: c.bytes_processed,
+      ...(c.destroyed_at ? { destroyed_at: c.destroyed_at } : {}),
+    };
+  });
+
   r.post('/v1/sessions/:id/exec', a, async (ctx: Ctx) => {
     const id = ctx.params.id ?? '';
     await s.capsules.owned(caller(ctx), id, 'session');
     const b = parseBody(sessionExecSchema, await json(ctx));
     checkExecSizes(b);
-    const res = await s.capsules.exec(caller(ctx), id, { ...b, input_filename: SESSION_INPUT }, 'session');
+    // The runner refuses an input path without input bytes: name it only when there is input.
+    const req = b.input_data === undefined ? b : { ...b, input_filename: SESSION_INPUT };
+    const res = await s.capsules.exec(caller(ctx), id, req, 'session');
     ctx.body = {
       session_id: id,
       output: res.stdout,

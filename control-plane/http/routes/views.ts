@@ -69,6 +69,20 @@ const TYPES: Record<string, string> = {
   zip: 'application/zip',
   parquet: 'application/vnd.apache.parquet',
 };
+/**
+ * `Content-Disposition: attachment` (RFC 6266) for a customer file: a
+ * downloaded file is never rendered from the API origin. `filename` is an
+ * ASCII stand-in, `filename*` the exact name (RFC 8187 UTF-8 percent-encoding).
+ */
+export function attachment(filename: string): string {
+  const ascii = filename.replace(/[^A-Za-z0-9._ -]/g, '_');
+  const exact = encodeURIComponent(filename).replace(
+    /[*'()]/g,
+    (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`,
+  );
+  return `attachment; filename="${ascii}"; filename*=UTF-8''${exact}`;
+}
+
 /** Content-Type from the file extension (SPEC: output download). */
 export function contentTypeFor(filename: string): string {
   const ext = /\.([A-Za-z0-9]+)$/.exec(filename)?.[1]?.toLowerCase() ?? '';
