@@ -11,6 +11,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync }
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RunnerClient } from '../shared/node/runner-client.js';
+import { activeSwaps, PROC_SWAPS, swapRefusal } from '../shared/node/swaps.js';
 import {
   ConfigError,
   loadConfigFromProcess,
@@ -81,7 +82,7 @@ function runnerDir(dataDir: string): string {
   return dir;
 }
 
-async function spawnRunner(dataDir: string): Promise<{ child: ChildProcess; socket: string }> {
+async function spawnRunner(dataDir: string, procSwaps: string): Promise<{ child: ChildProcess; socket: string }> {
   const dir = runnerDir(dataDir);
   const pidFile = join(dir, 'runner.pid');
   await stopStaleRunner(pidFile);
@@ -89,7 +90,15 @@ async function spawnRunner(dataDir: string): Promise<{ child: ChildProcess; sock
   // setpriv --pdeathsig: the runner gets SIGTERM if this process dies, even by SIGKILL.
   const child = spawn(
     'setpriv',
-    ['--pdeathsig', 'TERM', process.execPath, RUNNER_MAIN, `--socket=${socket}`, `--state_dir=${join(dir, 'state')}`],
+    [
+      '--pdeathsig',
+      'TERM',
+      process.execPath,
+      RUNNER_MAIN,
+      `--socket=${socket}`,
+      `--state_dir=${join(dir, 'state')}`,
+      `--proc_swaps=${procSwaps}`,
+    ],
     {
       stdio: ['ignore', 'pipe', 'inherit'],
     },
@@ -133,9 +142,25 @@ export async function main(argv: string[]): Promise<number> {
     }
     throw e;
   }
+  // SPEC §11: no start on a node with active swap (the runner checks again for its own node).
+  let swaps: string[];
+  try {
+    swaps = activeSwaps(config.procSwaps);
+  } catch (e) {
+    process.stderr.write(`capsule serve: cannot read the swap table ${config.procSwaps}: ${(e as Error).message}\n`);
+    return 2;
+  }
+  if (swaps.length > 0) {
+    process.stderr.write(`capsule serve: ${swapRefusal(swaps)}\n`);
+    return 2;
+  }
+  if (config.procSwaps !== PROC_SWAPS)
+    process.stderr.write(
+      `capsule serve: WARNING swap is read from ${config.procSwaps} (CAPSULE_PROC_SWAPS, tests only)\n`,
+    );
   let child: ChildProcess | null = null;
   let socket = config.runnerSocket;
-  if (!socket) ({ child, socket } = await spawnRunner(config.dataDir));
+  if (!socket) ({ child, socket } = await spawnRunner(config.dataDir, config.procSwaps));
   const sock = socket;
   const runner = new ReconnectingRunner(() => new RunnerClient(sock));
   const cp = await startControlPlane(config, runner);

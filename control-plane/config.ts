@@ -1,11 +1,12 @@
 // The one place that reads process.env: read once at start into a typed,
 // validated object. Everything else receives a Config.
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import { PROC_SWAPS } from '../shared/node/swaps.js';
 import { FREE_LIMITS, type PaidTierTable, type PriceTable } from './domain/index.js';
 import { METERED, toMicros, TIERS } from './domain/index.js';
 
@@ -54,6 +55,8 @@ export interface Config {
   >;
   /** The key that seals secrets at rest (CAPSULE_MASTER_KEY_FILE; embedded default: <dataDir>/master.key); null = not configured. */
   masterKey: MasterKeyConfig | null;
+  /** The swap table `capsule serve` checks at start (SPEC §11) and hands to its runner; /proc/swaps unless a test sets CAPSULE_PROC_SWAPS. */
+  procSwaps: string;
   /** Price table of the usage estimate (CAPSULE_PRICES_FILE, default policies/prices.yaml). */
   prices: PriceTable;
   stripe: StripeConfig;
@@ -355,6 +358,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     throw new ConfigError('CAPSULE_MASTER_KEY: not accepted inline; use CAPSULE_MASTER_KEY_FILE');
   if (env.CAPSULE_MASTER_KEY_FILE) masterKey = { file: resolve(env.CAPSULE_MASTER_KEY_FILE), generateIfMissing: false };
   else if (database.driver === 'sqlite') masterKey = { file: resolve(dataDir, 'master.key'), generateIfMissing: true };
+  const procSwaps = env.CAPSULE_PROC_SWAPS ? resolve(env.CAPSULE_PROC_SWAPS) : PROC_SWAPS;
+  if (procSwaps !== PROC_SWAPS && !existsSync(procSwaps))
+    throw new ConfigError(`CAPSULE_PROC_SWAPS: no such file ${procSwaps}`);
   const port = portRaw;
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
@@ -384,6 +390,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     egressSocketDir,
     capsulefileLimits,
     masterKey,
+    procSwaps,
     prices: loadPrices(env.CAPSULE_PRICES_FILE ?? policy('prices.yaml')),
     stripe: stripeConfig(env),
   };

@@ -500,7 +500,7 @@ export class CapsuleManager {
     } catch {
       stateRemoved = false;
     }
-    const host: HostFacts = { ...this.d.host, swap_active: swapActive() };
+    const host: HostFacts = { ...this.d.host, swap_active: swapActive(this.d.config.procSwaps) };
     const evidence = buildEvidence({
       capsuleId: r.capsule_id,
       host,

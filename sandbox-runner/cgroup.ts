@@ -9,7 +9,7 @@
 //     pids.max, cpu.shares, OOM count from memory.oom_control; v1 has no
 //     group OOM kill, so the runner kills the whole group when the count moves.
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 
 export type CgroupMode = 'v1' | 'v2' | 'hybrid';
 
@@ -82,6 +82,30 @@ function tryWrite(path: string, value: string): boolean {
   }
 }
 
+function read(path: string): string | null {
+  try {
+    return readFileSync(path, 'utf8').trim();
+  } catch {
+    return null;
+  }
+}
+
+/** Where the runner's cgroup v2 puts its own processes (see prepareV2). */
+const SUPERVISOR_LEAF = 'capsule-supervisor';
+
+/**
+ * Enables memory and pids for dir's children in one write (the kernel takes
+ * both or neither), then cpu if offered (weight only, best effort).
+ * WARNING: never enable pids or cpu alone in a cgroup that still has
+ * processes: threaded controllers are allowed there, which makes the cgroup a
+ * thread root and every new child "domain invalid" (joining it: EOPNOTSUPP).
+ */
+function enableControllers(dir: string): boolean {
+  if (!tryWrite(join(dir, 'cgroup.subtree_control'), '+memory +pids')) return false;
+  tryWrite(join(dir, 'cgroup.subtree_control'), '+cpu');
+  return true;
+}
+
 export class CgroupError extends Error {}
 
 export class CgroupManager {
@@ -112,8 +136,9 @@ export class CgroupManager {
     };
 
     if (!v1Mem && v2 && v2Ctrls.includes('memory')) {
-      const ownPath = own.get('') ?? '/';
-      const ownDir = base(v2, ownPath);
+      let ownDir = base(v2, own.get('') ?? '/');
+      // A restarted runner starts inside the leaf an earlier one made: its subtree is beside it.
+      if (basename(ownDir) === SUPERVISOR_LEAF) ownDir = dirname(ownDir);
       const sub = join(ownDir, name);
       CgroupManager.prepareV2(ownDir, sub);
       return new CgroupManager('v2', sub, null, null);
@@ -142,31 +167,32 @@ export class CgroupManager {
   }
 
   /**
-   * v2 "no internal processes": controllers can only be delegated from a
-   * group without member processes. The runner moves itself into a leaf
-   * `<own>/<name>-self` once, then enables memory/pids/cpu for its subtree.
+   * v2 "no internal processes": a non-root cgroup can delegate memory and
+   * pids only while it has no member processes. When the runner's cgroup has
+   * some (the runner, and `capsule serve` that spawned it), every one of them
+   * moves into the leaf `<own>/capsule-supervisor` first, as systemd-nspawn
+   * and docker-in-docker do; accounting above the runner's cgroup is unchanged.
    */
   private static prepareV2(ownDir: string, sub: string): void {
-    const enableAll = (dir: string): boolean => {
-      // memory and pids are required; cpu is best effort (weight only).
-      const ok =
-        tryWrite(join(dir, 'cgroup.subtree_control'), '+memory') &&
-        tryWrite(join(dir, 'cgroup.subtree_control'), '+pids');
-      tryWrite(join(dir, 'cgroup.subtree_control'), '+cpu');
-      return ok;
-    };
-    if (!enableAll(ownDir)) {
-      const self = `${sub}-self`;
-      mkdirSync(self, { recursive: true });
-      write(join(self, 'cgroup.procs'), String(process.pid));
-      if (!enableAll(ownDir)) {
-        throw new CgroupError(
-          `cannot enable memory and pids controllers under ${ownDir} (other processes share the runner's cgroup, or they are not delegated)`,
-        );
-      }
+    const need = ['memory', 'pids'];
+    const offered = (read(join(ownDir, 'cgroup.controllers')) ?? '').split(/\s+/);
+    const missing = need.filter((c) => !offered.includes(c));
+    if (missing.length > 0)
+      throw new CgroupError(
+        `the ${missing.join(' and ')} controller is not delegated to ${ownDir} (enable it in the parent's cgroup.subtree_control, e.g. systemd Delegate=yes)`,
+      );
+    if (!enableControllers(ownDir)) {
+      const leaf = join(ownDir, SUPERVISOR_LEAF);
+      mkdirSync(leaf, { recursive: true });
+      // A few rounds: a process may fork while the others move.
+      for (let round = 0; round < 20 && !enableControllers(ownDir); round++)
+        for (const pid of (read(join(ownDir, 'cgroup.procs')) ?? '').split('\n'))
+          if (pid) tryWrite(join(leaf, 'cgroup.procs'), pid); // fails only for a process that exited
+      if (!enableControllers(ownDir))
+        throw new CgroupError(`cannot enable memory and pids controllers in ${ownDir}: processes keep appearing in it`);
     }
     mkdirSync(sub, { recursive: true });
-    if (!enableAll(sub)) throw new CgroupError(`cannot enable memory and pids controllers in ${sub}`);
+    if (!enableControllers(sub)) throw new CgroupError(`cannot enable memory and pids controllers in ${sub}`);
   }
 
   create(id: string, limits: CgroupLimits): CapsuleCgroupPaths {
@@ -174,10 +200,11 @@ export class CgroupManager {
       const dir = join(this.memoryBase, id);
       mkdirSync(dir);
       write(join(dir, 'memory.max'), String(limits.memoryBytes));
-      tryWrite(join(dir, 'memory.swap.max'), '0');
+      // Absent only without swap accounting in the kernel; present, it must take the 0.
+      if (existsSync(join(dir, 'memory.swap.max'))) write(join(dir, 'memory.swap.max'), '0');
       write(join(dir, 'memory.oom.group'), '1');
       write(join(dir, 'pids.max'), String(limits.pidsMax));
-      tryWrite(join(dir, 'cpu.weight'), String(limits.cpuWeight));
+      if (existsSync(join(dir, 'cpu.weight'))) write(join(dir, 'cpu.weight'), String(limits.cpuWeight));
       return { mode: 'v2', memory: dir, pids: null, cpu: null };
     }
     const mem = join(this.memoryBase, id);
@@ -206,7 +233,7 @@ export class CgroupManager {
   listGroups(): string[] {
     try {
       return readdirSync(this.memoryBase, { withFileTypes: true })
-        .filter((d) => d.isDirectory() && !d.name.endsWith('-self'))
+        .filter((d) => d.isDirectory())
         .map((d) => d.name);
     } catch {
       return [];

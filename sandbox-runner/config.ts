@@ -2,8 +2,10 @@
 // (`--key=value` overrides CAPSULE_RUNNER_KEY) into one validated object.
 // Nothing else in the runner reads process.env.
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { PROC_SWAPS } from '../shared/node/swaps.js';
 
 export interface RunnerConfig {
   socketPath: string;
@@ -39,6 +41,11 @@ export interface RunnerConfig {
    * facts (swap_active: true) and prints a warning; it never hides it.
    */
   allowSwapForTests: boolean;
+  /**
+   * The swap table read at start and for host facts; /proc/swaps unless a
+   * test points it at a fake one (the runner then prints a warning).
+   */
+  procSwaps: string;
 }
 
 export class ConfigError extends Error {}
@@ -66,6 +73,7 @@ const KEYS = [
   'pids_max',
   'cpu_weight',
   'allow_swap_for_tests',
+  'proc_swaps',
 ] as const;
 type Key = (typeof KEYS)[number];
 
@@ -134,6 +142,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
   if (!/^[A-Za-z0-9._-]{1,64}$/.test(cgroupName)) throw new ConfigError('cgroup_name: letters, digits, . _ - only');
   const swap = m.get('allow_swap_for_tests');
   if (swap !== undefined && swap !== '0' && swap !== '1') throw new ConfigError('allow_swap_for_tests: 0 or 1');
+  const procSwaps = absPath(m, 'proc_swaps', PROC_SWAPS);
+  if (procSwaps !== PROC_SWAPS && !existsSync(procSwaps))
+    throw new ConfigError(`proc_swaps: no such file ${procSwaps}`);
   const minMemoryMb = int(m, 'min_memory_mb', 16, 4, 1 << 20);
   return {
     socketPath,
@@ -160,5 +171,6 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
       cpuWeight: int(m, 'cpu_weight', 100, 1, 10000),
     },
     allowSwapForTests: swap === '1',
+    procSwaps,
   };
 }

@@ -2,17 +2,19 @@
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { release } from 'node:os';
+import { activeSwaps } from '../shared/node/swaps.js';
 import type { HostFacts } from '../shared/runner-protocol.js';
 import type { CgroupMode } from './cgroup.js';
 
 export const NAMESPACES = ['user', 'mnt', 'pid', 'uts', 'net', 'ipc', 'cgroup'] as const;
 export type NsName = (typeof NAMESPACES)[number];
 
-export function swapActive(): boolean {
+/** Whether the swap table (procSwaps: /proc/swaps unless a test configures a fake) lists an area; unreadable counts as active. */
+export function swapActive(procSwaps: string): boolean {
   try {
-    return readFileSync('/proc/swaps', 'utf8').trim().split('\n').length > 1;
+    return activeSwaps(procSwaps).length > 0;
   } catch {
-    return false;
+    return true;
   }
 }
 
@@ -33,11 +35,11 @@ export function bwrapVersion(): string | null {
   return r.stdout.trim().replace(/^bubblewrap\s+/, '');
 }
 
-export function hostFacts(mode: CgroupMode, bwrap: string): HostFacts {
+export function hostFacts(mode: CgroupMode, bwrap: string, procSwaps: string): HostFacts {
   return {
     kernel: release(),
     cgroup_mode: mode,
-    swap_active: swapActive(),
+    swap_active: swapActive(procSwaps),
     init_on_free: initOnFree(),
     bwrap_version: bwrap,
   };

@@ -4,6 +4,7 @@
 // Prints "ready <socket>" on stdout once it accepts connections.
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { activeSwaps, PROC_SWAPS, swapRefusal } from '../shared/node/swaps.js';
 import { RUNNER_PROTOCOL_VERSION } from '../shared/runner-protocol.js';
 import { CgroupError, CgroupManager } from './cgroup.js';
 import { CapsuleManager, etcDirFor } from './capsule.js';
@@ -18,9 +19,10 @@ import { startServer } from './server.js';
 import { Mounter } from './tmpfs.js';
 import { UidPool } from './uids.js';
 
-function fail(msg: string): never {
+/** Exit 2: the node is unfit (swap on); 1: anything else. */
+function fail(msg: string, code: 1 | 2 = 1): never {
   process.stderr.write(`capsule-runner: ${msg}\n`);
-  process.exit(1);
+  process.exit(code);
 }
 
 async function main(): Promise<void> {
@@ -36,13 +38,20 @@ async function main(): Promise<void> {
     fail('must run as root (it creates tmpfs mounts, cgroups and per-capsule uids)');
   const bwrap = bwrapVersion();
   if (!bwrap) fail('bubblewrap (bwrap) not found on PATH; install the Debian package "bubblewrap"');
-  if (swapActive()) {
-    if (!config.allowSwapForTests)
-      fail('swap is active: capsule memory could reach disk; disable swap (swapoff -a) on capsule nodes');
+  let swaps: string[];
+  try {
+    swaps = activeSwaps(config.procSwaps);
+  } catch (e) {
+    fail(`cannot read the swap table ${config.procSwaps}: ${(e as Error).message}`);
+  }
+  if (swaps.length > 0) {
+    if (!config.allowSwapForTests) fail(swapRefusal(swaps), 2);
     process.stderr.write(
-      'capsule-runner: WARNING swap is active; allowed by allow_swap_for_tests, reported in host facts\n',
+      `capsule-runner: WARNING swap is active (${swaps.join(', ')}); allowed by allow_swap_for_tests, reported in host facts\n`,
     );
   }
+  if (config.procSwaps !== PROC_SWAPS)
+    process.stderr.write(`capsule-runner: WARNING swap is read from ${config.procSwaps} (proc_swaps, tests only)\n`);
   let seccompPath: string;
   try {
     mkdirSync(config.stateDir, { recursive: true, mode: 0o711 });
@@ -67,7 +76,7 @@ async function main(): Promise<void> {
   }
   const mounter = Mounter.start();
   const lost = await recoverCapsules(config.stateDir, cgroups, mounter, systemClock, systemRandom);
-  const facts = hostFacts(cgroups.mode, bwrap);
+  const facts = hostFacts(cgroups.mode, bwrap, config.procSwaps);
   const manager = new CapsuleManager({
     config,
     cgroups,
@@ -82,7 +91,11 @@ async function main(): Promise<void> {
   const server = await startServer(config.socketPath, {
     manager,
     maxBodyBytes: Math.max(config.bounds.maxUploadBytes, config.bounds.maxReadBytes),
-    hello: () => ({ protocol_version: RUNNER_PROTOCOL_VERSION, host: { ...facts, swap_active: swapActive() }, lost }),
+    hello: () => ({
+      protocol_version: RUNNER_PROTOCOL_VERSION,
+      host: { ...facts, swap_active: swapActive(config.procSwaps) },
+      lost,
+    }),
   });
   let stopping = false;
   const stop = (): void => {

@@ -4,7 +4,7 @@
 // RunnerClient connected to it. Must run as root.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash, randomInt } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -140,4 +140,30 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
       await exited;
     },
   };
+}
+
+/** Live (non-zombie) host processes owned by uid, now. */
+export function liveProcsNow(uid: number): number[] {
+  const out: number[] = [];
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      if (statSync(`/proc/${p}`).uid !== uid) continue;
+      const st = readFileSync(`/proc/${p}/stat`, 'utf8');
+      if (st[st.lastIndexOf(')') + 2] !== 'Z') out.push(Number(p));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
+/** Live processes owned by uid, after giving exiting ones up to 1 s to finish dying. */
+export async function liveProcs(uid: number): Promise<number[]> {
+  const end = Date.now() + 1000;
+  for (;;) {
+    const now = liveProcsNow(uid);
+    if (now.length === 0 || Date.now() > end) return now;
+    await new Promise((r) => setTimeout(r, 20));
+  }
 }

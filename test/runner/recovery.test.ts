@@ -2,36 +2,12 @@
 // command still running); the next runner on the same state dir wipes and
 // removes them and reports them in hello.lost.
 import t from 'tap';
-import {
-  closeSync,
-  existsSync,
-  mkdtempSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  readSync,
-  rmSync,
-  statSync,
-} from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { removeStateDir, reserveUidBlock, startRunner } from '../helpers/runner.js';
-
-function liveProcs(uid: number): number[] {
-  return readdirSync('/proc')
-    .filter((p) => {
-      if (!/^\d+$/.test(p)) return false;
-      try {
-        const st = readFileSync(`/proc/${p}/stat`, 'utf8');
-        return statSync(`/proc/${p}`).uid === uid && st[st.lastIndexOf(')') + 2] !== 'Z';
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-}
+import { liveProcsNow, removeStateDir, reserveUidBlock, startRunner } from '../helpers/runner.js';
 
 t.test('recovery after SIGKILL of the runner', async (t) => {
   const stateDir = mkdtempSync(join(tmpdir(), 'capsule-recovery-'));
@@ -77,7 +53,7 @@ t.test('recovery after SIGKILL of the runner', async (t) => {
   );
   const running = c.exec({ capsule_id: 'lost-a', command: 'sleep 600', timeout_ms: 600000 }).catch((e: unknown) => e);
   await new Promise((r) => setTimeout(r, 300));
-  t.ok(liveProcs(a.host_uid).length > 0, 'a command is running');
+  t.ok(liveProcsNow(a.host_uid).length > 0, 'a command is running');
   const fd = openSync(join(stateDir, 'capsules/lost-a/output/m'), 'r');
 
   await first.kill();
@@ -94,7 +70,7 @@ t.test('recovery after SIGKILL of the runner', async (t) => {
   t.equal(la.wipe?.readback_verified, true);
   t.ok((la.wipe?.bytes_overwritten ?? 0) >= 100000);
   t.match(la.recovered_at, /\.\d{6}Z$/);
-  t.same(liveProcs(a.host_uid), [], 'the orphaned command was killed');
+  t.same(liveProcsNow(a.host_uid), [], 'the orphaned command was killed');
   t.same(await second.client.list(), [], 'lost capsules are not live');
   t.notOk(readFileSync('/proc/self/mountinfo', 'utf8').includes(join(stateDir, 'capsules')), 'tmpfs unmounted');
   t.notOk(existsSync(join(stateDir, 'capsules/lost-a.json')));

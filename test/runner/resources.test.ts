@@ -2,33 +2,8 @@
 // OOM, no process outliving an exec, bounded output, input never in argv.
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { startRunner } from '../helpers/runner.js';
-
-/** Live (non-zombie) host processes owned by uid, after giving exiting ones up to 1 s to finish dying. */
-async function liveProcs(uid: number): Promise<number[]> {
-  const end = Date.now() + 1000;
-  for (;;) {
-    const now = liveNow(uid);
-    if (now.length === 0 || Date.now() > end) return now;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-function liveNow(uid: number): number[] {
-  const out: number[] = [];
-  for (const p of readdirSync('/proc')) {
-    if (!/^\d+$/.test(p)) continue;
-    try {
-      if (statSync(`/proc/${p}`).uid !== uid) continue;
-      const st = readFileSync(`/proc/${p}/stat`, 'utf8');
-      if (st[st.lastIndexOf(')') + 2] !== 'Z') out.push(Number(p));
-    } catch {
-      /* gone */
-    }
-  }
-  return out;
-}
+import { readdirSync, readFileSync } from 'node:fs';
+import { liveProcs, startRunner } from '../helpers/runner.js';
 
 t.test('resource attacks and exec semantics', async (t) => {
   const r = await startRunner({

@@ -1,11 +1,11 @@
 // The runner refuses to start, with a one-line reason, without root, without
-// bubblewrap, or with a bad configuration.
+// bubblewrap, with a bad configuration, or with active swap.
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { RUNNER_MAIN } from '../helpers/runner.js';
+import { RUNNER_MAIN, startRunner } from '../helpers/runner.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'capsule-startup-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -51,4 +51,37 @@ t.test('refuses a bad configuration and names the option', async (t) => {
   t.match(r.stderr, /runtimes:/);
   r = start(['--allow_swap_for_tests=yes']);
   t.match(r.stderr, /allow_swap_for_tests: 0 or 1/);
+});
+
+// SPEC §11: no start with active swap. A fake swap table stands in for /proc/swaps.
+const SWAPS_HEADER = 'Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n';
+const activeSwaps = join(dir, 'swaps-active');
+writeFileSync(
+  activeSwaps,
+  `${SWAPS_HEADER}/dev/sdb2                               partition\t8388604\t\t0\t\t-2\n/swap\\040file                           file\t\t1048572\t\t0\t\t-3\n`,
+);
+const noSwaps = join(dir, 'swaps-none');
+writeFileSync(noSwaps, SWAPS_HEADER);
+
+t.test('refuses with active swap: exit 2, one line naming the areas and swapoff -a', async (t) => {
+  const r = start([`--proc_swaps=${activeSwaps}`]);
+  t.equal(r.status, 2);
+  t.equal(r.stderr.trim().split('\n').length, 1, 'one line');
+  t.match(r.stderr, /^capsule-runner: swap is active \(\/dev\/sdb2, \/swap file\): .*`swapoff -a`/);
+  t.notMatch(r.stderr, /\n\s+at /, 'no stack trace');
+  t.match(start(['--proc_swaps=/nonexistent/swaps']).stderr, /bad configuration: proc_swaps: no such file/);
+});
+
+t.test('starts with an empty swap table (header only)', async (t) => {
+  const r = await startRunner({ options: { proc_swaps: noSwaps } });
+  t.teardown(() => r.stop());
+  t.equal((await r.client.hello()).host.swap_active, false);
+  t.match(r.stderr(), /WARNING swap is read from .*swaps-none \(proc_swaps, tests only\)/);
+});
+
+t.test('allow_swap_for_tests starts with active swap and says so in host facts', async (t) => {
+  const r = await startRunner({ options: { proc_swaps: activeSwaps, allow_swap_for_tests: '1' } });
+  t.teardown(() => r.stop());
+  t.equal((await r.client.hello()).host.swap_active, true, 'host facts state the swap');
+  t.match(r.stderr(), /WARNING swap is active/);
 });
