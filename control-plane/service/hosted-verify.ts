@@ -6,17 +6,20 @@ import {
   isPresentation,
   verifyPresentation,
   verifyProof,
+  verdictSummary,
   type CryptoProvider,
   type PresentationResult,
   type VerifyResult,
 } from '../../shared/proof/index.js';
 import { parseBody, verifySchema } from '../domain/index.js';
 
-export type HostedResult = VerifyResult | PresentationResult;
+/** The verifier's result plus its one-line verdict (`summary`, as the offline CLI prints it). */
+export type HostedResult = (VerifyResult | PresentationResult) & { summary: string };
 
 export function verifyHostedRequest(body: unknown, now: () => string, crypto?: CryptoProvider): HostedResult {
   const b = parseBody(verifySchema, body);
   if (b.cdp === undefined) throw invalid('cdp', 'is required');
   const opts = { now, ...(crypto ? { crypto } : {}) };
-  return isPresentation(b.cdp) ? verifyPresentation(b.cdp, opts) : verifyProof(b.cdp, opts);
+  const r = isPresentation(b.cdp) ? verifyPresentation(b.cdp, opts) : verifyProof(b.cdp, opts);
+  return { ...r, summary: verdictSummary(r) };
 }

@@ -3,7 +3,7 @@
 // canonicalizes the view and activity events, so that no later stage touches
 // the caller's object again. Checks run member by member in a fixed order; the
 // first problem found is the verdict.
-import type { FailureReason } from './types.js';
+import type { FailureReason, IncompleteStep } from './types.js';
 import { STEP_COUNT } from './chain.js';
 import { canonicalViewJcs } from './canonical.js';
 import { quoteString, serialize } from './jcs.js';
@@ -43,6 +43,16 @@ export interface ParsedProof {
   activityRoot: string | undefined;
   signingAuthorityId: string | undefined;
   signingKeyVersion: number | undefined;
+  /** `termination.destruction` of a 2.x document (signed through the view); undefined when not stated. */
+  destruction: DestructionStatement | undefined;
+  /** Keys of `component_proofs` when it is an object (2.x). */
+  componentKeys: ReadonlySet<string> | undefined;
+}
+
+export interface DestructionStatement {
+  status: 'complete' | 'incomplete';
+  /** Empty when complete; ascending, unique steps 1..8 when incomplete. */
+  steps: IncompleteStep[];
 }
 
 export type Stage0 = { ok: true; proof: ParsedProof } | { ok: false; failure: FailureReason };
@@ -186,7 +196,64 @@ function parseLegacy(doc: Obj): ParsedProof {
     activityRoot: undefined,
     signingAuthorityId: undefined,
     signingKeyVersion: undefined,
+    destruction: undefined,
+    componentKeys: undefined,
   };
+}
+
+/**
+ * `termination.destruction` and `termination.incomplete_steps`
+ * (docs/PROOF_FORMAT.md "Destruction statement"). Shapes only: how the
+ * statement compares with the component proofs is read after the signature.
+ */
+function parseDestruction(doc: Obj): DestructionStatement | undefined {
+  const t = doc['termination'];
+  if (!isPlainObject(t)) return undefined;
+  const status = t['destruction'];
+  const list = t['incomplete_steps'];
+  if (status === undefined) {
+    if (list !== undefined) fail('FormatInvalid', 'WrongType');
+    return undefined;
+  }
+  if (status !== 'complete' && status !== 'incomplete') return fail('FormatInvalid', 'WrongType');
+  if (status === 'complete') {
+    if (list !== undefined) fail('FormatInvalid', 'WrongType');
+    return { status, steps: [] };
+  }
+  if (list === undefined) fail('FormatInvalid', 'MissingField');
+  if (!Array.isArray(list) || list.length === 0 || list.length > STEP_COUNT) return fail('FormatInvalid', 'WrongType');
+  const steps: IncompleteStep[] = [];
+  let prev = 0;
+  for (const e of list as unknown[]) {
+    if (!isPlainObject(e)) return fail('FormatInvalid', 'WrongType');
+    const step = e['step'];
+    const reason = e['reason'];
+    if (step === undefined || reason === undefined) fail('FormatInvalid', 'MissingField');
+    if (typeof step !== 'number' || !Number.isInteger(step) || step <= prev || step > STEP_COUNT) {
+      return fail('FormatInvalid', 'WrongType');
+    }
+    if (typeof reason !== 'string' || reason === '') return fail('FormatInvalid', 'WrongType');
+    steps.push({ step, reason });
+    prev = step;
+  }
+  return { status, steps };
+}
+
+/** parseDestruction for callers outside stage 0 (the presentation path). */
+export function destructionStatementOf(
+  doc: Record<string, unknown>,
+): { ok: true; statement: DestructionStatement | undefined } | { ok: false; failure: FailureReason } {
+  try {
+    return { ok: true, statement: parseDestruction(doc) };
+  } catch (err) {
+    if (err instanceof FormatFailure) return { ok: false, failure: err.failure };
+    throw err;
+  }
+}
+
+function componentKeysOf(doc: Obj): ReadonlySet<string> | undefined {
+  const c = doc['component_proofs'];
+  return isPlainObject(c) ? new Set(Object.keys(c)) : undefined;
 }
 
 function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
@@ -217,6 +284,8 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
   const attestation = parseAttestation(doc);
   // 2.x: the signature basis; needed whenever there is a signature to check.
   const canonicalHash = v2 ? hash(doc, 'canonical_hash', attestation !== undefined, isSha512) : undefined;
+  // 1.0 signs only the final hash, so a statement there is unsigned and not read.
+  const destruction = v2 ? parseDestruction(doc) : undefined;
   let activityJcs: string[] | undefined;
   let viewJcs: string | undefined;
   if (v2) {
@@ -247,6 +316,8 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
     activityRoot,
     signingAuthorityId,
     signingKeyVersion,
+    destruction,
+    componentKeys: v2 ? componentKeysOf(doc) : undefined,
   };
 }
 

@@ -8,11 +8,12 @@
 //   0 parse and version   1 step count   3 final hash (from destroyed_at)   5 signature
 //
 // Never throws: every input gets a result.
-import type { FailureReason, FailureType } from './types.js';
+import type { DestructionVerdict, FailureReason, FailureType } from './types.js';
 import { hasher, type CryptoProvider } from './crypto.js';
 import { chainHashes, STEP_COUNT } from './chain.js';
 import { fromBase64 } from './encoding.js';
-import { isPlainObject } from './format.js';
+import { destructionStatementOf, isPlainObject } from './format.js';
+import { readDestruction } from './destruction.js';
 import { systemNow } from './verify.js';
 
 export interface PresentationChecks {
@@ -27,13 +28,13 @@ export interface PresentationChecks {
 }
 
 export type PresentationResult =
-  | {
+  | ({
       valid: true;
       scope: 'reduced';
       checks: PresentationChecks;
       completeness?: 'partial';
       verified_at: string;
-    }
+    } & DestructionVerdict)
   | { valid: false; scope: 'reduced'; stage_reached: number; failure_reason: FailureReason; verified_at: string };
 
 export interface PresentationOptions {
@@ -80,7 +81,10 @@ function prefixedBase64(text: string): Uint8Array | undefined {
   return text.startsWith('base64:') ? fromBase64(text.slice(7)) : undefined;
 }
 
-function check(doc: unknown, crypto: CryptoProvider | undefined): { checks: PresentationChecks; partial: boolean } {
+function check(
+  doc: unknown,
+  crypto: CryptoProvider | undefined,
+): { checks: PresentationChecks; partial: boolean; destruction: DestructionVerdict } {
   if (!isPresentation(doc)) throw new Failed(0, 'FormatInvalid', 'NotAnObject');
   const d = doc as Record<string, unknown>;
   const version = str(d, 'cdp_version');
@@ -97,6 +101,13 @@ function check(doc: unknown, crypto: CryptoProvider | undefined): { checks: Pres
   const algorithm = str(att, 'algorithm');
   const publicKeyText = str(att, 'public_key');
   const signatureText = str(att, 'signature');
+  // The statement as the projection states it (not bound: document_hash is not recomputed).
+  const statement = destructionStatementOf(d);
+  if (!statement.ok) throw new Failed(0, statement.failure.type, statement.failure.reason);
+  const listed = destruction['component_proofs'];
+  const componentKeys = Array.isArray(listed)
+    ? new Set(listed.filter((k): k is string => typeof k === 'string'))
+    : undefined;
 
   const partial = completeness === 'partial';
   if (!(steps === STEP_COUNT || (partial && steps === 0))) throw new Failed(1, 'StepCountInvalid', 'NotEightSteps');
@@ -119,6 +130,7 @@ function check(doc: unknown, crypto: CryptoProvider | undefined): { checks: Pres
     throw new Failed(5, 'SignatureMismatch', 'DoesNotVerify');
   return {
     partial,
+    destruction: readDestruction(statement.statement, componentKeys, steps === STEP_COUNT),
     checks: {
       cdp_version_valid: true,
       final_hash_valid: steps === STEP_COUNT,
@@ -139,12 +151,13 @@ export function verifyPresentation(doc: unknown, opts: PresentationOptions = {})
     verifiedAt = systemNow();
   }
   try {
-    const { checks, partial } = check(doc, opts.crypto);
+    const { checks, partial, destruction } = check(doc, opts.crypto);
     return {
       valid: true,
       scope: 'reduced',
       checks,
       ...(partial ? { completeness: 'partial' as const } : {}),
+      ...destruction,
       verified_at: verifiedAt,
     };
   } catch (e) {

@@ -25,10 +25,23 @@ export interface ActivityEvent {
   [field: string]: unknown;
 }
 
+/** A destruction step that did not fully happen, with the reason its evidence gives. */
+export interface IncompleteStep {
+  step: number;
+  reason: string;
+}
+
 export interface Termination {
   trigger: 'customer_request' | 'ttl_expired' | 'system_restart';
   command_was_running: boolean;
   command_completed?: boolean;
+  /**
+   * The signed destruction statement (docs/PROOF_FORMAT.md "Destruction
+   * statement"): emitted on every complete 2.1 proof; absent on older documents.
+   */
+  destruction?: 'complete' | 'incomplete';
+  /** Only when `destruction` is "incomplete": the steps, ascending, with their reasons. */
+  incomplete_steps?: IncompleteStep[];
 }
 
 export interface RegulatoryFramework {
@@ -103,6 +116,7 @@ export interface FailureReason {
 
 export interface VerifyChecks {
   cdp_version_valid: boolean;
+  /** Every chain hash recomputed and equal; false at reduced scope (legacy session form: not recomputed). */
   chain_integrity: boolean;
   final_hash_valid: boolean;
   step_count: number;
@@ -112,8 +126,20 @@ export interface VerifyChecks {
   chain_recomputed?: boolean;
 }
 
+/**
+ * What a verified document states about destruction (2.x documents carrying
+ * `termination.destruction` only), as the verifier reads it against the
+ * component proofs: see docs/PROOF_FORMAT.md "Destruction statement".
+ */
+export interface DestructionVerdict {
+  destruction?: 'complete' | 'incomplete';
+  incomplete_steps?: IncompleteStep[];
+  /** Present (true) when the statement disagrees with the document's component proofs. */
+  destruction_contradicted?: true;
+}
+
 export type VerifyResult =
-  | { valid: true; checks: VerifyChecks; completeness?: 'partial'; verified_at: string }
+  | ({ valid: true; checks: VerifyChecks; completeness?: 'partial'; verified_at: string } & DestructionVerdict)
   | { valid: false; stage_reached: number; failure_reason: FailureReason; verified_at: string };
 
 /** Trust manifest for the offline CLI (CONTRACT.md section 8). */

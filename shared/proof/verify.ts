@@ -11,6 +11,7 @@ import { canonicalHashHexOfJcs } from './canonical.js';
 import { activityRootHexOfCanonical } from './merkle.js';
 import { fromBase64, bytesEqual } from './encoding.js';
 import { parseProof, type ParsedProof } from './format.js';
+import { readDestruction } from './destruction.js';
 
 export interface VerifyOptions {
   manifest?: TrustManifest;
@@ -176,7 +177,9 @@ function checksFor(p: ParsedProof): VerifyChecks {
   const complete = p.steps.length === STEP_COUNT;
   const checks: VerifyChecks = {
     cdp_version_valid: true,
-    chain_integrity: complete,
+    // Reported only for what was checked: the legacy session form's chain is
+    // taken from the document (reduced scope, docs/PROOF_FORMAT.md), so it is false there.
+    chain_integrity: complete && p.form !== 'legacy',
     final_hash_valid: complete,
     step_count: p.steps.length,
     signature_valid: true,
@@ -210,11 +213,15 @@ export function verifyProof(doc: unknown, opts?: VerifyOptions): VerifyResult {
     const p = parsed.proof;
     const f = runStages(p, hasher(opts?.crypto), opts?.manifest);
     if (f !== undefined) return failure(f.stage, { type: f.type, reason: f.reason }, verifiedAt);
-    const result: VerifyResult = { valid: true, checks: checksFor(p), verified_at: verifiedAt };
-    if (p.partial) {
-      return { valid: true, checks: result.checks, completeness: 'partial', verified_at: verifiedAt };
-    }
-    return result;
+    // Read after the signature: a statement altered after signing fails above, as any tamper does.
+    const destruction = readDestruction(p.destruction, p.componentKeys, p.steps.length === STEP_COUNT);
+    return {
+      valid: true,
+      checks: checksFor(p),
+      ...(p.partial ? { completeness: 'partial' as const } : {}),
+      ...destruction,
+      verified_at: verifiedAt,
+    };
   } catch {
     // Only a faulty CryptoProvider or manifest can get here: stages 1-6 never
     // touch the caller's document. Report it as the stage it interrupted.

@@ -63,6 +63,9 @@ t.test('ephemeral record verifies, as record and as AuditProof, with both provid
     t.same(verifyProof(json, { crypto, now: () => 'T' }), {
       valid: true,
       verified_at: 'T',
+      // The fixture's step 5 did not perform (no reason given): the signed statement says so.
+      destruction: 'incomplete',
+      incomplete_steps: [{ step: 5, reason: 'the step evidence says performed: false' }],
       checks: {
         cdp_version_valid: true,
         chain_integrity: true,

@@ -41,6 +41,8 @@ t.test('a presentation verifies at reduced scope, with both providers', async (t
         algorithm: 'Ed25519',
         document_hash_recomputed: false,
       },
+      destruction: 'incomplete',
+      incomplete_steps: [{ step: 5, reason: 'the step evidence says performed: false' }],
       verified_at: now(),
     });
   }
