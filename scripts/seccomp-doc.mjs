@@ -1,4 +1,5 @@
-// Regenerates the syscall table in docs/SECURITY.md from the policy file:
+// Regenerates the syscall table in docs/SECURITY.md from the policy file and
+// the mount table from the sandbox's own argv (tests keep both in sync):
 //   npm run build && node scripts/seccomp-doc.mjs
 import { readFileSync, writeFileSync } from 'node:fs';
 const { loadPolicy } = await import('../dist/sandbox-runner/seccomp.js');
@@ -24,8 +25,21 @@ const table = [
   ...rows,
   '<!-- syscalls:end -->',
 ].join('\n');
+const { documentedMountRows } = await import('../dist/test/helpers/mount-doc.js');
+const mounts = [
+  '<!-- mounts:begin -->',
+  '| inside | bwrap | from |',
+  '|---|---|---|',
+  ...documentedMountRows(),
+  '<!-- mounts:end -->',
+].join('\n');
 const text = readFileSync(doc, 'utf8');
-writeFileSync(doc, text.replace(/<!-- syscalls:begin -->[\s\S]*?<!-- syscalls:end -->/, table));
+writeFileSync(
+  doc,
+  text
+    .replace(/<!-- syscalls:begin -->[\s\S]*?<!-- syscalls:end -->/, table)
+    .replace(/<!-- mounts:begin -->[\s\S]*?<!-- mounts:end -->/, mounts),
+);
 console.log(
   `${policy.syscalls.filter((s) => !s.errno).length} allowed, ${policy.syscalls.filter((s) => s.errno).length} refused with a chosen errno`,
 );
