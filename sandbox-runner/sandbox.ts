@@ -24,10 +24,21 @@ export const BLOCK_FD = 6;
 
 /**
  * /etc entries a workload needs from the image (dynamic loader cache, TLS
- * roots, Debian alternatives links, time zone, NSS order). Nothing else of
+ * roots, Debian alternatives links, time zone, NSS order, the public service
+ * and protocol name tables getaddrinfo/getservbyname read). Nothing else of
  * the host /etc is visible.
  */
-const ETC_SUBSET = ['ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'alternatives', 'ssl', 'localtime', 'nsswitch.conf'];
+const ETC_SUBSET = [
+  'ld.so.cache',
+  'ld.so.conf',
+  'ld.so.conf.d',
+  'alternatives',
+  'ssl',
+  'localtime',
+  'nsswitch.conf',
+  'services',
+  'protocols',
+];
 
 /**
  * Builds the capsules' /etc for one image root once, at runner start: a copy

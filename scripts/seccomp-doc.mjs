@@ -7,11 +7,24 @@ const policy = loadPolicy(new URL('../policies/seccomp-allowlist.yaml', import.m
 const doc = new URL('../docs/SECURITY.md', import.meta.url);
 const rows = policy.syscalls.map((s) => {
   const cond = [
-    s.errno ? `refused: ${s.errno}` : 'allowed',
+    s.errno ? `refused: ${s.errno}` : s.allow_when ? '' : 'allowed',
     s.deny_arg_mask ? `refused when arg${s.deny_arg_mask.arg} & 0x${s.deny_arg_mask.mask.toString(16)}` : '',
     s.arg_in ? `only arg${s.arg_in.arg} in {${s.arg_in.values.join(', ')}}` : '',
     s.deny_arg_values
       ? `refused when arg${s.deny_arg_values.arg}${s.deny_arg_values.mask ? ` & 0x${s.deny_arg_values.mask.toString(16)}` : ''} in {${s.deny_arg_values.values.map((v) => `0x${v.toString(16)}`).join(', ')}}`
+      : '',
+    s.allow_when
+      ? `allowed only when ${s.allow_when
+          .map(
+            (alt) =>
+              `(${alt
+                .map(
+                  (c) =>
+                    `arg${c.arg}${c.mask ? ` & 0x${c.mask.toString(16)}` : ''} ${c.in ? 'in' : 'not in'} {${(c.in ?? c.not_in).join(', ')}}`,
+                )
+                .join(' and ')})`,
+          )
+          .join(' or ')}`
       : '',
   ]
     .filter(Boolean)

@@ -175,7 +175,8 @@ p.kill()`),
     const res = await run(
       py(`import socket
 for fam, typ, proto, name in [(socket.AF_INET, socket.SOCK_RAW, 1, "raw icmp"), (socket.AF_INET6, socket.SOCK_RAW, 58, "raw icmp6"),
-                              (16, socket.SOCK_RAW, 0, "netlink route"), (16, socket.SOCK_DGRAM, 0, "netlink dgram"),
+                              (16, socket.SOCK_RAW, 6, "netlink xfrm"), (16, socket.SOCK_RAW, 12, "netlink netfilter"),
+                              (16, socket.SOCK_RAW, 9, "netlink audit"), (16, socket.SOCK_DGRAM, 15, "netlink uevent"),
                               (17, socket.SOCK_RAW, 0, "packet"), (socket.AF_INET, socket.SOCK_PACKET if hasattr(socket, "SOCK_PACKET") else 10, 0, "sock_packet")]:
     try:
         s = socket.socket(fam, typ, proto)
@@ -185,7 +186,14 @@ for fam, typ, proto, name in [(socket.AF_INET, socket.SOCK_RAW, 1, "raw icmp"), 
         print("denied", name, e.errno)`),
     );
     noEscape(t, res, 'raw/netlink sockets');
-    t.equal((res.stdout.match(/denied/g) ?? []).length, 6);
+    t.equal((res.stdout.match(/denied/g) ?? []).length, 8);
+    // NETLINK_ROUTE is allowed (interface listing), but changes need CAP_NET_ADMIN.
+    const route = await run(
+      'ip=/usr/sbin/ip; $ip -o link show; $ip link set lo down && echo ESCAPED; $ip addr add 10.9.9.9/32 dev lo && echo ESCAPED; $ip link add d0 type dummy && echo ESCAPED; true',
+    );
+    noEscape(t, route, 'rtnetlink changes');
+    t.match(route.stdout, /^1: lo:/m, 'the capsule sees its loopback through NETLINK_ROUTE');
+    t.notMatch(route.stdout, /^2: /m, 'and nothing else');
   });
 
   await t.test('outbound TCP and UDP, and the host loopback', async (t) => {

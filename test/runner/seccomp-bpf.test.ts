@@ -6,7 +6,13 @@
 import t from 'tap';
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { compilePolicy, loadPolicy, type SeccompPolicy, type SyscallRule } from '../../sandbox-runner/seccomp.js';
+import {
+  compilePolicy,
+  loadPolicy,
+  parsePolicy,
+  type SeccompPolicy,
+  type SyscallRule,
+} from '../../sandbox-runner/seccomp.js';
 import {
   actionName,
   AUDIT_ARCH_I386,
@@ -38,6 +44,18 @@ const act = (nr: number, args: (number | bigint)[] = [], arch?: number): string 
 /** Arguments that pass every argument rule of an entry. */
 function benignArgs(r: SyscallRule): number[] {
   const args = [0, 0, 0, 0, 0, 0];
+  if (r.allow_when) {
+    // The first alternative, satisfied: first value of each `in`, a value outside each `not_in`.
+    for (const c of r.allow_when[0]!) {
+      if (c.in) args[c.arg] = c.in[0]!;
+      else {
+        let v = 1;
+        while (c.not_in!.includes(v & (c.mask ?? 0xffffffff))) v++;
+        args[c.arg] = v;
+      }
+    }
+    return args;
+  }
   if (r.arg_in) args[r.arg_in.arg] = r.arg_in.values[0]!;
   if (r.deny_arg_values && (!r.arg_in || r.arg_in.arg !== r.deny_arg_values.arg)) {
     let v = 1;
@@ -118,7 +136,7 @@ t.test('clone: namespace flags refused, fork and thread flags allowed', async (t
   for (const name of ['unshare', 'setns']) t.equal(act(nrOf(name), [0x10000000]), 'ERRNO(1)', name);
 });
 
-t.test('socket: unix/inet/inet6 stream and datagram only', async (t) => {
+t.test('socket: unix/inet/inet6 stream and datagram, netlink route only', async (t) => {
   const socket = nrOf('socket');
   const FLAGS = 0x80800; // SOCK_CLOEXEC|SOCK_NONBLOCK
   for (const family of [1, 2, 10])
@@ -130,18 +148,34 @@ t.test('socket: unix/inet/inet6 stream and datagram only', async (t) => {
     t.equal(act(socket, [family, 3 | FLAGS, 255]), 'ERRNO(1)', `SOCK_RAW with flags in family ${family}`);
     t.equal(act(socket, [family, 10, 0]), 'ERRNO(1)', `SOCK_PACKET in family ${family}`);
   }
+  // AF_NETLINK: NETLINK_ROUTE (0) only, as SOCK_RAW or SOCK_DGRAM (glibc getifaddrs uses SOCK_RAW|SOCK_CLOEXEC).
+  t.equal(act(socket, [16, 3 | 0x80000, 0]), 'ALLOW', 'netlink route raw');
+  t.equal(act(socket, [16, 2, 0]), 'ALLOW', 'netlink route dgram');
+  const netlink: Record<string, number> = {
+    XFRM: 6,
+    AUDIT: 9,
+    NETFILTER: 12,
+    KOBJECT_UEVENT: 15,
+    GENERIC: 16,
+    SOCK_DIAG: 4,
+  };
+  for (const [name, proto] of Object.entries(netlink))
+    t.equal(act(socket, [16, 3, proto]), 'ERRNO(1)', `NETLINK_${name}`);
   const refused: Record<string, number> = {
     AF_UNSPEC: 0,
-    AF_NETLINK: 16,
     AF_PACKET: 17,
     AF_BLUETOOTH: 31,
     AF_ALG: 38,
     AF_VSOCK: 40,
     AF_XDP: 44,
   };
-  for (const [name, family] of Object.entries(refused)) t.equal(act(socket, [family, 2, 0]), 'ERRNO(1)', name);
+  for (const [name, family] of Object.entries(refused)) {
+    t.equal(act(socket, [family, 2, 0]), 'ERRNO(1)', name);
+    t.equal(act(socket, [family, 3, 0]), 'ERRNO(1)', `${name} raw`);
+  }
   // The kernel reads int arguments: high bits must not smuggle a family past the filter.
   t.equal(act(socket, [(1n << 32n) | 17n, 2, 0]), 'ERRNO(1)', 'AF_PACKET with high bits set');
+  t.equal(act(socket, [16, 3, (1n << 32n) | 6n]), 'ERRNO(1)', 'NETLINK_XFRM with high bits set');
 });
 
 t.test('ioctl: TIOCSTI and TIOCLINUX refused, terminal queries allowed', async (t) => {
@@ -260,6 +294,22 @@ t.test('every rule kind compiles to the behaviour it names (synthetic policy)', 
         arg_in: { arg: 1, values: [10, 20] },
         deny_arg_values: { arg: 2, values: [99] },
       },
+      {
+        name: 'f',
+        nr: 7,
+        why: 'alternatives',
+        allow_when: [
+          [
+            { arg: 0, in: [1, 2] },
+            { arg: 1, mask: 0xf, not_in: [3] },
+          ],
+          [
+            { arg: 0, in: [16] },
+            { arg: 2, in: [0, 4] },
+          ],
+        ],
+      },
+      { name: 'g', nr: 8, why: 'after the alternatives' },
     ],
   };
   const q = decode(compilePolicy(p));
@@ -276,4 +326,18 @@ t.test('every rule kind compiles to the behaviour it names (synthetic policy)', 
   t.equal(r(5, [1, 20, 98]), 'ERRNO(13)', 'mask hit');
   t.equal(r(5, [0, 30, 98]), 'ERRNO(13)', 'not in the set');
   t.equal(r(5, [0, 10, 99]), 'ERRNO(13)', 'denied value');
+  t.equal(r(7, [2, 0x801]), 'ALLOW', 'first alternative');
+  t.equal(r(7, [2, 0x803]), 'ERRNO(13)', 'first alternative, not_in hit');
+  t.equal(r(7, [16, 3, 4]), 'ALLOW', 'second alternative');
+  t.equal(r(7, [16, 3, 5]), 'ERRNO(13)', 'second alternative, value not in');
+  t.equal(r(7, [17, 1, 0]), 'ERRNO(13)', 'no alternative');
+  t.equal(r(8), 'ALLOW', 'the next block is still reached');
+  t.throws(
+    () =>
+      parsePolicy(
+        'arch: x86_64\nwrong_arch_action: kill_process\nx32_action: kill_process\ndefault_errno: EPERM\nsyscalls:\n' +
+          '  - {name: s, nr: 41, why: x, allow_when: [[{arg: 0, in: [1], not_in: [2]}]]}\n',
+      ),
+    /exactly one of in\/not_in/,
+  );
 });
