@@ -1,13 +1,22 @@
-// Store conformance: one battery of checks on the Store port, run per
-// database (SQLite and PostgreSQL) without the runner or HTTP, so a new
-// storage backend proves itself by passing the same list (the idea of
-// trillian's storage testers). Covers round trips, compare-and-set moves,
-// limit reservations under concurrency, activity sequencing, pagination
-// and idempotency claims.
+// Store conformance: one battery of checks on the storage ports (Store,
+// KeyStore, UsageStore), run per database (SQLite and PostgreSQL) without
+// the runner or HTTP, so a new storage backend proves itself by passing the
+// same list (the idea of trillian's storage testers). Covers round trips,
+// compare-and-set moves, limits and one-time uses under concurrency
+// (reservations, activity appends, key limits, TOTP steps, recovery codes),
+// pagination, usage totals and idempotency claims.
 import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
-import { openStore } from '../../control-plane/store/index.js';
-import type { Capsule, Limits, NewAccount, Store } from '../../control-plane/domain/index.js';
+import { openStores, type Stores } from '../../control-plane/store/index.js';
+import type {
+  Capsule,
+  KeyStore,
+  Limits,
+  NewAccount,
+  NewApiKey,
+  Store,
+  UsageStore,
+} from '../../control-plane/domain/index.js';
 import { DRIVERS, freshDb, type Driver } from './harness.js';
 
 const T0 = '2026-11-01T00:00:00.000000Z';
@@ -216,16 +225,114 @@ async function conformance(t: Test, store: Store): Promise<void> {
   });
 }
 
+function apiKey(customerId: string, createdAt = T0): NewApiKey {
+  return {
+    record: {
+      id: `key_${hex(6)}`,
+      customer_id: customerId,
+      prefix: 'cap_live_',
+      mode: 'live',
+      created_at: createdAt,
+      last_used_at: null,
+      revoked_at: null,
+    },
+    key_hash: hex(32),
+  };
+}
+
+async function keyConformance(t: Test, store: Store, keys: KeyStore): Promise<void> {
+  await t.test('keys: the active-key limit holds when raced; the last live key is kept', async (t) => {
+    const a = account('keys');
+    await store.createAccount(a);
+    const outcomes = await Promise.all(
+      Array.from({ length: 6 }, () => keys.insertApiKey(apiKey(a.customer_id, '2026-11-02T00:00:00.000000Z'), 3)),
+    );
+    // The account's first key (from createAccount) counts: two more fit.
+    t.equal(outcomes.filter((o) => o === 'ok').length, 2, 'exactly up to the limit');
+    const page = await keys.listApiKeys(a.customer_id, 10, null);
+    t.equal(page.items.length, 3);
+    for (const k of page.items.slice(0, 2)) t.equal(await keys.revokeApiKey(a.customer_id, k.id, T0), 'revoked');
+    t.equal(await keys.revokeApiKey(a.customer_id, page.items[2]!.id, T0), 'last_live_key');
+    t.equal(await keys.revokeApiKey(a.customer_id, page.items[0]!.id, T0), 'already_revoked');
+    t.equal(await keys.revokeApiKey(a.customer_id, 'key_missing', T0), 'missing');
+    t.equal(await store.findCallerByKeyHash(a.key_hash, T0, T0).then((c) => c?.key_id), a.key_id, 'the kept key works');
+  });
+
+  await t.test('MFA: TOTP steps only move forward and a recovery code works once, also when raced', async (t) => {
+    const a = account('mfa');
+    await store.createAccount(a);
+    const factor = {
+      customer_id: a.customer_id,
+      secret_sealed: 'sealed',
+      state: 'pending' as const,
+      created_at: T0,
+      activated_at: null,
+      last_step: null,
+      recovery_codes_remaining: 2,
+    };
+    t.equal(await keys.putPendingMfa(factor, ['rc1', 'rc2']), 'ok');
+    t.equal(await keys.activateMfa(a.customer_id, T0), true);
+    t.equal(await keys.putPendingMfa(factor, ['rc3']), 'active', 'an active factor is not replaced');
+    const steps = await Promise.all([keys.acceptTotpStep(a.customer_id, 100), keys.acceptTotpStep(a.customer_id, 100)]);
+    t.same(steps.filter(Boolean).length, 1, 'one of two racing uses of a step wins');
+    t.equal(await keys.acceptTotpStep(a.customer_id, 99), false, 'an older step is refused');
+    t.equal(await keys.acceptTotpStep(a.customer_id, 101), true);
+    const used = await Promise.all([
+      keys.useRecoveryCode(a.customer_id, 'rc1', T0),
+      keys.useRecoveryCode(a.customer_id, 'rc1', T0),
+    ]);
+    t.same(used.filter(Boolean).length, 1, 'a recovery code works once');
+    t.equal(await keys.useRecoveryCode(a.customer_id, 'rc-unknown', T0), false);
+    t.equal((await keys.getMfa(a.customer_id))?.recovery_codes_remaining, 1);
+  });
+}
+
+async function usageConformance(t: Test, store: Store, usageStore: UsageStore): Promise<void> {
+  await t.test('usage items written with their events list oldest first and add up', async (t) => {
+    const a = account('usage');
+    await store.createAccount(a);
+    const c = capsule(a.customer_id, 1);
+    await store.insertCapsule(c, { type: 'CapsuleCreated', at: T0, fields: {} }, usage('capsule'));
+    for (let i = 0; i < 5; i++)
+      await store.appendActivity(
+        c.id,
+        'ExecutionCompleted',
+        T0,
+        {},
+        {
+          executions: 1,
+          bytes: 7,
+          usage: { id: `use_${hex(8)}`, kind: 'exec', quantity: 10 + i, at: `2026-11-01T00:00:0${i + 1}.000000Z` },
+        },
+      );
+    const seen: number[] = [];
+    let cursor: string | null = null;
+    for (let pages = 0; pages < 10; pages++) {
+      const page = await usageStore.listUsage(a.customer_id, { from: null, to: null, limit: 2, cursor });
+      seen.push(...page.items.map((u) => (u.kind === 'exec' ? u.quantity : 0)));
+      cursor = page.next_cursor;
+      if (!cursor) break;
+    }
+    t.same(seen, [0, 10, 11, 12, 13, 14], 'every item once, oldest first');
+    const totals = await usageStore.usageTotals(a.customer_id, T0);
+    t.same(totals.live.exec, { events: 5, quantity: 60 });
+    t.same(totals.live.capsule, { events: 1, quantity: 1 });
+    t.equal(totals.bytes_processed, 35);
+  });
+}
+
 for (const driver of DRIVERS as Driver[]) {
   t.test(`store conformance on ${driver}`, async (t) => {
     const db = await freshDb(driver);
-    const store = await openStore(
+    const stores: Stores = await openStores(
       driver === 'sqlite' ? { driver, file: db.url.replace(/^file:/, '') } : { driver, url: db.url },
     );
     t.teardown(async () => {
-      await store.close();
+      await stores.store.close();
       await db.drop();
     });
-    await conformance(t, store);
+    await conformance(t, stores.store);
+    await keyConformance(t, stores.store, stores.keys);
+    await usageConformance(t, stores.store, stores.usage);
   });
 }
