@@ -22,9 +22,9 @@ function handlers(d: ServerDeps): Record<string, Handler> {
     create: async (p) => ({ result: await m.create(p as never) }),
     exec: async (p) => ({ result: await m.exec(p as never) }),
     upload: async (p, body) => ({ result: m.upload(p as never, body) }),
-    list_output: async (p) => ({ result: m.listOutput(p as never) }),
+    list_output: async (p) => ({ result: await m.listOutput(p as never) }),
     read_output: async (p) => {
-      const r = m.readOutput(p as never);
+      const r = await m.readOutput(p as never);
       return { result: r.entry, body: r.bytes };
     },
     destroy: async (p) => ({ result: await m.destroy(p as never) }),

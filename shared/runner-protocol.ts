@@ -89,6 +89,17 @@ export interface FileEntry {
   sha512: string;
 }
 
+/**
+ * An output listing entry: sha512 is null when hashing the file would read
+ * more than the capsule tmpfs can hold (a sparse file of enormous apparent
+ * size); such a file cannot be downloaded either (it exceeds the read bound).
+ */
+export interface ListedFile {
+  filename: string;
+  size_bytes: number;
+  sha512: string | null;
+}
+
 export interface WipeReport {
   bytes_overwritten: number;
   files: number;
@@ -121,7 +132,7 @@ export interface RunnerMethods {
   exec: [ExecRequest, ExecResult];
   /** Body = raw bytes. */
   upload: [{ capsule_id: string; filename: string }, FileEntry];
-  list_output: [{ capsule_id: string }, { files: FileEntry[] }];
+  list_output: [{ capsule_id: string }, { files: ListedFile[] }];
   /** Response body = raw bytes. */
   read_output: [{ capsule_id: string; filename: string }, FileEntry];
   destroy: [{ capsule_id: string }, DestroyResult];
@@ -154,7 +165,7 @@ export interface RunnerPort {
   create(req: CreateCapsuleRequest): Promise<CreatedCapsule>;
   exec(req: ExecRequest): Promise<ExecResult>;
   upload(capsuleId: string, filename: string, bytes: Uint8Array): Promise<FileEntry>;
-  listOutput(capsuleId: string): Promise<FileEntry[]>;
+  listOutput(capsuleId: string): Promise<ListedFile[]>;
   readOutput(capsuleId: string, filename: string): Promise<{ entry: FileEntry; bytes: Uint8Array }>;
   destroy(capsuleId: string): Promise<DestroyResult>;
   list(): Promise<string[]>;

@@ -1,0 +1,60 @@
+// Worker thread entry (see offloop.ts): runs the synchronous file jobs
+// (listing with hashes, reading an output, wiping a tmpfs) so that the bytes
+// of one capsule never hold the runner's event loop for the others.
+import { parentPort } from 'node:worker_threads';
+import { RunnerError } from '../shared/runner-protocol.js';
+import { listRegular, readRegular } from './files.js';
+import { wipeAndZeroize, type WipeOptions } from './wipe.js';
+
+export type FileJob =
+  | { kind: 'list'; dir: string; hashBudget: number }
+  | { kind: 'read'; dir: string; name: string; maxBytes: number }
+  | { kind: 'wipe'; root: string; key: Uint8Array; opts: WipeOptions };
+
+export interface JobMessage {
+  id: number;
+  job: FileJob;
+}
+
+export type JobReply =
+  | { id: number; ok: true; result: unknown }
+  | { id: number; ok: false; error: { runner: boolean; code: string; message: string } };
+
+function run(job: FileJob): { result: unknown; transfer: ArrayBuffer[] } {
+  switch (job.kind) {
+    case 'list':
+      return { result: listRegular(job.dir, job.hashBudget), transfer: [] };
+    case 'read': {
+      const r = readRegular(job.dir, job.name, job.maxBytes);
+      // A fresh ArrayBuffer of exactly these bytes, moved (not copied) to the main thread.
+      const copy = new Uint8Array(r.bytes.byteLength);
+      copy.set(r.bytes);
+      r.bytes.fill(0);
+      return { result: { entry: r.entry, bytes: copy }, transfer: [copy.buffer] };
+    }
+    case 'wipe': {
+      const key = Buffer.from(job.key.buffer, job.key.byteOffset, job.key.byteLength);
+      return { result: wipeAndZeroize(job.root, key, job.opts), transfer: [] };
+    }
+  }
+}
+
+parentPort?.on('message', (m: JobMessage) => {
+  let reply: JobReply;
+  let transfer: ArrayBuffer[] = [];
+  try {
+    const r = run(m.job);
+    reply = { id: m.id, ok: true, result: r.result };
+    transfer = r.transfer;
+  } catch (e) {
+    reply = {
+      id: m.id,
+      ok: false,
+      error:
+        e instanceof RunnerError
+          ? { runner: true, code: e.code, message: e.message }
+          : { runner: false, code: 'internal', message: (e as Error)?.message ?? String(e) },
+    };
+  }
+  parentPort!.postMessage(reply, transfer);
+});
