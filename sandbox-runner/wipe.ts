@@ -170,8 +170,9 @@ export function wipeTree(root: string, key: Buffer, opts: WipeOptions = {}): Wip
           wiped++;
           return;
         }
-        // No extent helper: write the whole file if that is bounded (its holes get allocated: may meet ENOSPC).
-        if (it.size > BigInt(Number.MAX_SAFE_INTEGER) || Number(it.size) > capacity - bytes) {
+        // No extent helper: write the whole file if it fits the tmpfs. Its holes get allocated (may meet
+        // ENOSPC); every byte counted then sits in a page of its own, so the total stays within the tmpfs.
+        if (it.size > BigInt(capacity) || bytes >= capacity) {
           problem('sparse file larger than the tmpfs, no extent map', 'EFBIG');
           return;
         }
