@@ -1,6 +1,8 @@
 // Worker thread entry (see offloop.ts): runs the synchronous file jobs
 // (listing with hashes, reading an output, wiping a tmpfs) so that the bytes
 // of one capsule never hold the runner's event loop for the others.
+import { readlinkSync } from 'node:fs';
+import { setPriority } from 'node:os';
 import { parentPort } from 'node:worker_threads';
 import { RunnerError } from '../shared/runner-protocol.js';
 import { listRegular, readRegular } from './files.js';
@@ -37,6 +39,15 @@ function run(job: FileJob): { result: unknown; transfer: ArrayBuffer[] } {
       return { result: wipeAndZeroize(job.root, key, job.opts), transfer: [] };
     }
   }
+}
+
+// Below the serving thread and other tenants' commands: on Linux setpriority(2) with a thread id
+// renices that thread alone (and the helpers it starts inherit it). Best effort.
+try {
+  const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+  if (Number.isInteger(tid) && tid > 0) setPriority(tid, 10);
+} catch {
+  /* stays at the runner's priority */
 }
 
 parentPort?.on('message', (m: JobMessage) => {

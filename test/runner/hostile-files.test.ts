@@ -126,3 +126,41 @@ t.test('a hostile capsule cannot stall another tenant while its files are listed
   t.notOk(existsSync(`${r.stateDir}/capsules/evil`), 'the tmpfs and everything under it are gone');
   t.same(await c.list(), ['good']);
 });
+
+const FILL = String.raw`
+import os
+f = os.open("/data/output/sparse", os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(f, 8 << 20)
+for off in (0, 3 << 20, (8 << 20) - 4096):
+    os.pwrite(f, b"HOLE-SECRET" * 300, off)
+os.close(f)
+n = 0
+try:
+    with open("/tmp/fill", "wb") as g:
+        while True:
+            g.write(b"FILL" * 16384)
+            g.flush()
+            n += 1
+except OSError as e:
+    print("full", e.errno == 28)
+`;
+
+t.test('a capsule that fills its tmpfs around a sparse file: wiped without ENOSPC, stated, gone', async (t) => {
+  const r = await startRunner({ options: { tmpfs_mb: '16' } });
+  t.teardown(() => r.stop());
+  const c = r.client;
+  await c.create({ capsule_id: 'full', memory_mb: 128 });
+  const res = await c.exec({ capsule_id: 'full', command: `/usr/bin/python3 -c '${FILL}'`, timeout_ms: 60000 });
+  t.equal(res.stdout, 'full True\n', `the tmpfs is full (ENOSPC inside): ${res.stderr}`);
+  const d = await c.destroy('full');
+  const step3 = d.evidence[2] as Record<string, unknown>;
+  // Only the pages the sparse file holds are written, so the full tmpfs never has to allocate one.
+  t.equal(step3['performed'], true, String(step3['reason']));
+  t.equal(step3['not_overwritten'], 0);
+  t.same(step3['errors'], []);
+  t.equal(step3['tmpfs_capacity_bytes'], 16 * MiB);
+  t.ok(d.wipe.bytes_overwritten <= 16 * MiB, `bounded by the tmpfs: ${d.wipe.bytes_overwritten}`);
+  t.ok(d.wipe.bytes_overwritten >= 15 * MiB, 'the fill file and the sparse file data were overwritten');
+  t.equal(d.wipe.readback_verified, true);
+  t.notOk(existsSync(`${r.stateDir}/capsules/full`), 'the files are gone with the tmpfs');
+});
