@@ -81,6 +81,12 @@ export function startServer(socketPath: string, d: ServerDeps): Promise<Server> 
           send({ id, ok: false, error: { code: 'invalid', message: 'params: must be an object' } });
           continue;
         }
+        if (ev.frame.badTextField !== undefined) {
+          // Names (filename) and commands are bytes on disk and in argv: refused, never repaired with U+FFFD.
+          const field = ev.frame.badTextField.replace(/^params\./, '');
+          send({ id, ok: false, error: { code: 'invalid', message: `${field}: must be valid UTF-8` } });
+          continue;
+        }
         h(params as Record<string, unknown>, body).then(
           (r) => send({ id, ok: true, result: r.result }, r.body ?? null),
           (e: unknown) => {
