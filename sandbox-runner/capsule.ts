@@ -234,7 +234,8 @@ export class CapsuleManager {
           const app = join(tmpfsDir, 'app');
           mkdirSync(app, { mode: 0o755 });
           for (const a of apps) {
-            writeFileInto(app, a.name, a.bytes, 0, 'app_files.filename');
+            // No entry is returned for app files: skip hashing them (SHA-512 of up to the tmpfs size).
+            writeFileInto(app, a.name, a.bytes, 0, 'app_files.filename', false);
           }
         }
         this.d.cgroups.create(id, {
@@ -428,13 +429,20 @@ export class CapsuleManager {
     return p;
   }
 
-  upload(params: { capsule_id: string; filename: string }, body: Buffer): FileEntry {
+  async upload(params: { capsule_id: string; filename: string }, body: Buffer): Promise<FileEntry> {
     try {
       const c = this.get(params?.capsule_id);
       const name = validateFilename(params.filename);
       if (body.length > this.d.config.bounds.maxUploadBytes)
         throw new RunnerError('too_large', `body: larger than ${this.d.config.bounds.maxUploadBytes} bytes`);
-      return writeFileInto(join(c.record.tmpfs_dir, 'input'), name, body, c.record.host_uid);
+      // Written and hashed in a worker (100 MiB would hold this loop for about half a second).
+      return await this.files.write(
+        c.record.capsule_id,
+        join(c.record.tmpfs_dir, 'input'),
+        name,
+        body,
+        c.record.host_uid,
+      );
     } finally {
       body.fill(0); // also when refused: the customer's bytes never outlive the call
     }
@@ -494,8 +502,9 @@ export class CapsuleManager {
     let wipe: Awaited<ReturnType<FileWorkers['wipe']>>;
     try {
       wipe = await this.files.wipe(r.capsule_id, r.tmpfs_dir, c.key);
-    } catch {
+    } catch (e) {
       // No worker could run it: wipe here (blocks this loop, but the bytes are never left behind).
+      process.stderr.write(`runner: wipe worker failed (${(e as Error)?.message}); wiping on the main thread\n`);
       wipe = wipeAndZeroize(r.tmpfs_dir, c.key);
     }
     const keyZero = wipe.keyReadbackZero;

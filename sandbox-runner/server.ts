@@ -21,7 +21,7 @@ function handlers(d: ServerDeps): Record<string, Handler> {
     hello: async () => ({ result: d.hello() }),
     create: async (p) => ({ result: await m.create(p as never) }),
     exec: async (p) => ({ result: await m.exec(p as never) }),
-    upload: async (p, body) => ({ result: m.upload(p as never, body) }),
+    upload: async (p, body) => ({ result: await m.upload(p as never, body) }),
     list_output: async (p) => ({ result: await m.listOutput(p as never) }),
     read_output: async (p) => {
       const r = await m.readOutput(p as never);
