@@ -125,6 +125,7 @@ t.test('a hostile capsule cannot stall another tenant while its files are listed
   t.equal((destroyed.evidence[5] as Record<string, unknown>)['performed'], true);
   t.notOk(existsSync(`${r.stateDir}/capsules/evil`), 'the tmpfs and everything under it are gone');
   t.same(await c.list(), ['good']);
+  t.notMatch(r.stderr(), /wipe worker failed/, 'the wipe ran in a worker thread, not on the serving loop');
 });
 
 const FILL = String.raw`
@@ -163,4 +164,5 @@ t.test('a capsule that fills its tmpfs around a sparse file: wiped without ENOSP
   t.ok(d.wipe.bytes_overwritten >= 15 * MiB, 'the fill file and the sparse file data were overwritten');
   t.equal(d.wipe.readback_verified, true);
   t.notOk(existsSync(`${r.stateDir}/capsules/full`), 'the files are gone with the tmpfs');
+  t.notMatch(r.stderr(), /wipe worker failed/);
 });
