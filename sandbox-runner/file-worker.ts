@@ -29,7 +29,10 @@ function run(job: FileJob): { result: unknown; transfer: ArrayBuffer[] } {
       return { result: listRegular(job.dir, job.hashBudget), transfer: [] };
     case 'read': {
       const r = readRegular(job.dir, job.name, job.maxBytes);
-      // A fresh ArrayBuffer of exactly these bytes, moved (not copied) to the main thread.
+      // readRegular reads into a Buffer.alloc of its own (never the shared pool): move it, do not copy it.
+      if (r.bytes.byteOffset === 0 && r.bytes.byteLength >= 4096) {
+        return { result: { entry: r.entry, bytes: r.bytes }, transfer: [r.bytes.buffer as ArrayBuffer] };
+      }
       const copy = new Uint8Array(r.bytes.byteLength);
       copy.set(r.bytes);
       r.bytes.fill(0);
