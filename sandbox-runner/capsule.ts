@@ -501,11 +501,11 @@ export class CapsuleManager {
     const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
     let wipe: Awaited<ReturnType<FileWorkers['wipe']>>;
     try {
-      wipe = await this.files.wipe(r.capsule_id, r.tmpfs_dir, c.key);
+      wipe = await this.files.wipe(r.capsule_id, r.tmpfs_dir, c.key, { sparseHelper: this.d.config.wipeSparseHelper });
     } catch (e) {
       // No worker could run it: wipe here (blocks this loop, but the bytes are never left behind).
       process.stderr.write(`runner: wipe worker failed (${(e as Error)?.message}); wiping on the main thread\n`);
-      wipe = wipeAndZeroize(r.tmpfs_dir, c.key);
+      wipe = wipeAndZeroize(r.tmpfs_dir, c.key, { sparseHelper: this.d.config.wipeSparseHelper });
     }
     const keyZero = wipe.keyReadbackZero;
     const unmount = await this.d.mounter.unmount(r.tmpfs_dir);

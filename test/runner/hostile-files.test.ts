@@ -166,3 +166,23 @@ t.test('a capsule that fills its tmpfs around a sparse file: wiped without ENOSP
   t.notOk(existsSync(`${r.stateDir}/capsules/full`), 'the files are gone with the tmpfs');
   t.notMatch(r.stderr(), /wipe worker failed/);
 });
+
+t.test('without the extent helper the same capsule meets ENOSPC, and step 3 says so with the reason', async (t) => {
+  // wipe_sparse_helper=0: the path a host without python3 takes (whole-file writes).
+  const r = await startRunner({ options: { tmpfs_mb: '16', wipe_sparse_helper: '0' } });
+  t.teardown(() => r.stop());
+  const c = r.client;
+  await c.create({ capsule_id: 'nospc', memory_mb: 128 });
+  // The wipe frees nothing, so the fallback meets a full tmpfs when it writes the sparse file's holes.
+  const res = await c.exec({ capsule_id: 'nospc', command: `/usr/bin/python3 -c '${FILL}'`, timeout_ms: 60000 });
+  t.equal(res.stdout, 'full True\n', res.stderr);
+  const d = await c.destroy('nospc');
+  const step3 = d.evidence[2] as Record<string, unknown>;
+  t.equal(step3['performed'], false, 'the wipe did not fully happen');
+  t.equal(step3['reason'], '1 entry not overwritten: ENOSPC', 'and the evidence says why, for the signed view');
+  t.equal(step3['not_overwritten'], 1);
+  t.same(step3['errors'], ['wipe: ENOSPC (1)'], 'errno and count, no file names');
+  t.match(d.evidence[5], { performed: false, reason: '1 entry not overwritten: ENOSPC' });
+  t.ok(d.wipe.bytes_overwritten <= 16 * MiB, 'still bounded by the tmpfs');
+  t.notOk(existsSync(`${r.stateDir}/capsules/nospc`), 'the files are gone with the tmpfs all the same');
+});
