@@ -505,7 +505,10 @@ export class CapsuleManager {
     } catch (e) {
       // No worker could run it: wipe here (blocks this loop, but the bytes are never left behind).
       process.stderr.write(`runner: wipe worker failed (${(e as Error)?.message}); wiping on the main thread\n`);
-      wipe = wipeAndZeroize(r.tmpfs_dir, c.key, { sparseHelper: this.d.config.wipeSparseHelper });
+      // The capsule key was already zeroized when the job was handed over: this wipe keys a fresh one.
+      c.key.fill(0);
+      wipe = wipeAndZeroize(r.tmpfs_dir, this.d.random.bytes(32), { sparseHelper: this.d.config.wipeSparseHelper });
+      wipe.keyReadbackZero = wipe.keyReadbackZero && c.key.every((b) => b === 0);
     }
     const keyZero = wipe.keyReadbackZero;
     const unmount = await this.d.mounter.unmount(r.tmpfs_dir);

@@ -57,7 +57,18 @@ export class FileWorkers {
   private pump(): void {
     while (this.queue.length > 0 && !this.closed) {
       let slot = this.slots.find((s) => s.busy === null);
-      if (!slot && this.slots.length < this.maxWorkers) slot = this.spawn();
+      if (!slot && this.slots.length < this.maxWorkers) {
+        try {
+          slot = this.spawn();
+        } catch (e) {
+          // No thread could start: with none running, nothing would ever take the queue, so fail it now.
+          if (this.slots.length > 0) return;
+          const message = `file worker could not start: ${(e as Error).message}`;
+          for (const p of this.queue.splice(0))
+            p.resolve({ id: 0, ok: false, error: { runner: false, code: 'internal', message } });
+          return;
+        }
+      }
       if (!slot) return;
       const p = this.queue.shift()!;
       slot.busy = p.resolve;
