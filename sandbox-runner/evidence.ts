@@ -143,7 +143,7 @@ export function buildEvidence(m: DestroyMeasurements): StepEvidence[] {
       method: 'merkle_tree_verification',
       performed: wipeComplete,
       ...wipeReason,
-      tree: 'RFC 6962 SHA-512 over the read-back zero state of every wiped region (1 MiB regions, files in path order)',
+      tree: 'RFC 6962 SHA-512 over the read-back zero state of every wiped region (regions of at most 1 MiB of each file data, a sparse file by its data extents; files in path byte order, each inode once)',
       regions: m.wipeRegions,
       bytes: m.wipe.bytes_overwritten,
       zero_state_root: m.wipe.zero_state_root,
