@@ -4,13 +4,12 @@ import {
   toAuditProof,
   toPresentation,
   verifyProof,
-  verdictSummary,
   type AuditRecord,
   type VerifyResult,
 } from '../../shared/proof/index.js';
 import type { Caller, KeyRecord, StoredProof } from '../domain/index.js';
 import type { Deps } from './deps.js';
-import { verifyHostedRequest, type HostedResult } from './hosted-verify.js';
+import { verifyHostedRequest, withSummary, type HostedResult } from './hosted-verify.js';
 import { VerifyPool } from './verify-pool.js';
 
 const proofNotFound = (): ApiError =>
@@ -49,8 +48,8 @@ export class ProofService {
       cdp: p.record,
       component_proofs: r.component_proofs ?? {},
       verified: v.valid,
-      // The verifier's one-line verdict, e.g. "...; destruction reported incomplete (step 3: ...)".
-      verified_summary: verdictSummary(v),
+      // The verifier's one line, e.g. "AuditProof verified; destruction reported incomplete (step 3: ...)".
+      summary: v.summary,
       created_at: p.created_at,
     };
   }
@@ -68,11 +67,13 @@ export class ProofService {
   }
 
   /** The stored-proof check: the full document, offline rules. */
-  verify(doc: unknown): VerifyResult {
-    return verifyProof(doc, {
-      now: () => this.d.clock.nowIso(),
-      ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}),
-    });
+  verify(doc: unknown): VerifyResult & { summary: string } {
+    return withSummary(
+      verifyProof(doc, {
+        now: () => this.d.clock.nowIso(),
+        ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}),
+      }),
+    );
   }
 
   /** POST /v1/verify on a parsed body, in this thread (small bodies). */

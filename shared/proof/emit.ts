@@ -9,7 +9,7 @@ import { canonicalize } from './jcs.js';
 import { activityRootOfCanonical } from './merkle.js';
 import { bytesEqual, toBase64 } from './encoding.js';
 import { ephemeralKeyId, partialKeyId, type SigningKeyMaterial } from './keys.js';
-import { destructionFromEvidence } from './destruction.js';
+import { withDestruction } from './destruction.js';
 
 export const EMITTED_CDP_VERSION = '2.1';
 
@@ -130,11 +130,6 @@ function buildRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
     }
   });
   const keyId = key.mode === 'managed' ? key.key_id : ephemeralKeyId(input.destroyed_at, input.capsule_id);
-  // The destruction statement is derived here from the evidence, never taken from the caller.
-  const termination: Record<string, unknown> = { ...(input.termination ?? {}) };
-  delete termination['destruction'];
-  delete termination['incomplete_steps'];
-  Object.assign(termination, destructionFromEvidence(input.evidence));
   const doc: Record<string, unknown> = {
     cdp_version: EMITTED_CDP_VERSION,
     capsule_id: input.capsule_id,
@@ -143,7 +138,8 @@ function buildRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
     chain,
     final_hash: chain[STEP_COUNT - 1]!.chain_hash,
     capsule_context: input.capsule_context,
-    termination,
+    // The signed statement of whether every step fully happened (docs/PROOF_FORMAT.md "Destruction status").
+    termination: input.termination && withDestruction(input.termination, input.evidence),
     regulatory_context: input.regulatory_context,
     component_proofs: componentProofs,
     activity_root: activityRootOf(h, input.activity),

@@ -3,7 +3,8 @@
 // canonicalizes the view and activity events, so that no later stage touches
 // the caller's object again. Checks run member by member in a fixed order; the
 // first problem found is the verdict.
-import type { FailureReason, IncompleteStep } from './types.js';
+import type { DestructionReport, FailureReason } from './types.js';
+import { readDestruction } from './destruction.js';
 import { STEP_COUNT } from './chain.js';
 import { canonicalViewJcs } from './canonical.js';
 import { quoteString, serialize } from './jcs.js';
@@ -43,16 +44,8 @@ export interface ParsedProof {
   activityRoot: string | undefined;
   signingAuthorityId: string | undefined;
   signingKeyVersion: number | undefined;
-  /** `termination.destruction` of a 2.x document (signed through the view); undefined when not stated. */
-  destruction: DestructionStatement | undefined;
-  /** Keys of `component_proofs` when it is an object (2.x). */
-  componentKeys: ReadonlySet<string> | undefined;
-}
-
-export interface DestructionStatement {
-  status: 'complete' | 'incomplete';
-  /** Empty when complete; ascending, unique steps 1..8 when incomplete. */
-  steps: IncompleteStep[];
+  /** The signed destruction statement inside `termination` (absent in older documents). */
+  destruction: DestructionReport | undefined;
 }
 
 export type Stage0 = { ok: true; proof: ParsedProof } | { ok: false; failure: FailureReason };
@@ -197,63 +190,7 @@ function parseLegacy(doc: Obj): ParsedProof {
     signingAuthorityId: undefined,
     signingKeyVersion: undefined,
     destruction: undefined,
-    componentKeys: undefined,
   };
-}
-
-/**
- * `termination.destruction` and `termination.incomplete_steps`
- * (docs/PROOF_FORMAT.md "Destruction statement"). Shapes only: how the
- * statement compares with the component proofs is read after the signature.
- */
-function parseDestruction(doc: Obj): DestructionStatement | undefined {
-  const t = doc['termination'];
-  if (!isPlainObject(t)) return undefined;
-  const status = t['destruction'];
-  const list = t['incomplete_steps'];
-  if (status === undefined) {
-    if (list !== undefined) fail('FormatInvalid', 'WrongType');
-    return undefined;
-  }
-  if (status !== 'complete' && status !== 'incomplete') return fail('FormatInvalid', 'WrongType');
-  if (status === 'complete') {
-    if (list !== undefined) fail('FormatInvalid', 'WrongType');
-    return { status, steps: [] };
-  }
-  if (list === undefined) fail('FormatInvalid', 'MissingField');
-  if (!Array.isArray(list) || list.length === 0 || list.length > STEP_COUNT) return fail('FormatInvalid', 'WrongType');
-  const steps: IncompleteStep[] = [];
-  let prev = 0;
-  for (const e of list as unknown[]) {
-    if (!isPlainObject(e)) return fail('FormatInvalid', 'WrongType');
-    const step = e['step'];
-    const reason = e['reason'];
-    if (step === undefined || reason === undefined) fail('FormatInvalid', 'MissingField');
-    if (typeof step !== 'number' || !Number.isInteger(step) || step <= prev || step > STEP_COUNT) {
-      return fail('FormatInvalid', 'WrongType');
-    }
-    if (typeof reason !== 'string' || reason === '') return fail('FormatInvalid', 'WrongType');
-    steps.push({ step, reason });
-    prev = step;
-  }
-  return { status, steps };
-}
-
-/** parseDestruction for callers outside stage 0 (the presentation path). */
-export function destructionStatementOf(
-  doc: Record<string, unknown>,
-): { ok: true; statement: DestructionStatement | undefined } | { ok: false; failure: FailureReason } {
-  try {
-    return { ok: true, statement: parseDestruction(doc) };
-  } catch (err) {
-    if (err instanceof FormatFailure) return { ok: false, failure: err.failure };
-    throw err;
-  }
-}
-
-function componentKeysOf(doc: Obj): ReadonlySet<string> | undefined {
-  const c = doc['component_proofs'];
-  return isPlainObject(c) ? new Set(Object.keys(c)) : undefined;
 }
 
 function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
@@ -281,11 +218,10 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
     if (typeof kv !== 'number' || !Number.isInteger(kv) || kv < 0) fail('FormatInvalid', 'WrongType');
     signingKeyVersion = kv as number;
   }
+  const destruction = destructionOf(doc['termination']);
   const attestation = parseAttestation(doc);
   // 2.x: the signature basis; needed whenever there is a signature to check.
   const canonicalHash = v2 ? hash(doc, 'canonical_hash', attestation !== undefined, isSha512) : undefined;
-  // 1.0 signs only the final hash, so a statement there is unsigned and not read.
-  const destruction = v2 ? parseDestruction(doc) : undefined;
   let activityJcs: string[] | undefined;
   let viewJcs: string | undefined;
   if (v2) {
@@ -317,8 +253,12 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
     signingAuthorityId,
     signingKeyVersion,
     destruction,
-    componentKeys: v2 ? componentKeysOf(doc) : undefined,
   };
+}
+
+function destructionOf(termination: unknown): DestructionReport | undefined {
+  const d = readDestruction(termination);
+  return d === 'bad' ? fail('FormatInvalid', 'WrongType') : d;
 }
 
 /** Stage 0. Never throws. */

@@ -18,16 +18,9 @@ export {
   type PresentationResult,
 } from './presentation.js';
 export type { VerifyOptions } from './verify.js';
+export { verdictLine, incompleteSteps, withDestruction } from './destruction.js';
 /** Never throws: every input gets a result. */
 export { verifyProof, systemNow, STAGE_NAMES } from './verify.js';
-export { verdictSummary } from './summary.js';
-export {
-  destructionFromEvidence,
-  readDestruction,
-  NO_COMPONENT_PROOF,
-  PERFORMED_FALSE,
-  MAX_REASON_CHARS,
-} from './destruction.js';
 export { canonicalize, tryCanonicalize, JcsError } from './jcs.js';
 export { merkleRoot, merkleLeafHash, MerkleAccumulator, activityRoot } from './merkle.js';
 export { canonicalView, canonicalHash, VIEW_MEMBERS } from './canonical.js';

@@ -8,12 +8,12 @@
 //   0 parse and version   1 step count   3 final hash (from destroyed_at)   5 signature
 //
 // Never throws: every input gets a result.
-import type { DestructionVerdict, FailureReason, FailureType } from './types.js';
+import type { DestructionReport, FailureReason, FailureType } from './types.js';
+import { readDestruction } from './destruction.js';
 import { hasher, type CryptoProvider } from './crypto.js';
 import { chainHashes, STEP_COUNT } from './chain.js';
 import { fromBase64 } from './encoding.js';
-import { destructionStatementOf, isPlainObject } from './format.js';
-import { readDestruction } from './destruction.js';
+import { isPlainObject } from './format.js';
 import { systemNow } from './verify.js';
 
 export interface PresentationChecks {
@@ -28,13 +28,15 @@ export interface PresentationChecks {
 }
 
 export type PresentationResult =
-  | ({
+  | {
       valid: true;
       scope: 'reduced';
       checks: PresentationChecks;
       completeness?: 'partial';
+      /** As the projection states it: at this scope it is not bound to the signature. */
+      destruction?: DestructionReport;
       verified_at: string;
-    } & DestructionVerdict)
+    }
   | { valid: false; scope: 'reduced'; stage_reached: number; failure_reason: FailureReason; verified_at: string };
 
 export interface PresentationOptions {
@@ -81,10 +83,13 @@ function prefixedBase64(text: string): Uint8Array | undefined {
   return text.startsWith('base64:') ? fromBase64(text.slice(7)) : undefined;
 }
 
-function check(
-  doc: unknown,
-  crypto: CryptoProvider | undefined,
-): { checks: PresentationChecks; partial: boolean; destruction: DestructionVerdict } {
+interface Checked {
+  checks: PresentationChecks;
+  partial: boolean;
+  destruction: DestructionReport | undefined;
+}
+
+function check(doc: unknown, crypto: CryptoProvider | undefined): Checked {
   if (!isPresentation(doc)) throw new Failed(0, 'FormatInvalid', 'NotAnObject');
   const d = doc as Record<string, unknown>;
   const version = str(d, 'cdp_version');
@@ -101,15 +106,10 @@ function check(
   const algorithm = str(att, 'algorithm');
   const publicKeyText = str(att, 'public_key');
   const signatureText = str(att, 'signature');
-  // The statement as the projection states it (not bound: document_hash is not recomputed).
-  const statement = destructionStatementOf(d);
-  if (!statement.ok) throw new Failed(0, statement.failure.type, statement.failure.reason);
-  const listed = destruction['component_proofs'];
-  const componentKeys = Array.isArray(listed)
-    ? new Set(listed.filter((k): k is string => typeof k === 'string'))
-    : undefined;
 
   const partial = completeness === 'partial';
+  const stated = readDestruction(d['termination']);
+  if (stated === 'bad') throw new Failed(0, 'FormatInvalid', 'WrongType');
   if (!(steps === STEP_COUNT || (partial && steps === 0))) throw new Failed(1, 'StepCountInvalid', 'NotEightSteps');
   const h = hasher(crypto);
   if (steps === STEP_COUNT) {
@@ -130,7 +130,7 @@ function check(
     throw new Failed(5, 'SignatureMismatch', 'DoesNotVerify');
   return {
     partial,
-    destruction: readDestruction(statement.statement, componentKeys, steps === STEP_COUNT),
+    destruction: stated,
     checks: {
       cdp_version_valid: true,
       final_hash_valid: steps === STEP_COUNT,
@@ -157,7 +157,7 @@ export function verifyPresentation(doc: unknown, opts: PresentationOptions = {})
       scope: 'reduced',
       checks,
       ...(partial ? { completeness: 'partial' as const } : {}),
-      ...destruction,
+      ...(destruction !== undefined ? { destruction } : {}),
       verified_at: verifiedAt,
     };
   } catch (e) {

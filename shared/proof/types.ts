@@ -25,7 +25,7 @@ export interface ActivityEvent {
   [field: string]: unknown;
 }
 
-/** A destruction step that did not fully happen, with the reason its evidence gives. */
+/** A destruction step that did not fully happen, and why (docs/PROOF_FORMAT.md "Destruction status"). */
 export interface IncompleteStep {
   step: number;
   reason: string;
@@ -35,12 +35,9 @@ export interface Termination {
   trigger: 'customer_request' | 'ttl_expired' | 'system_restart';
   command_was_running: boolean;
   command_completed?: boolean;
-  /**
-   * The signed destruction statement (docs/PROOF_FORMAT.md "Destruction
-   * statement"): emitted on every complete 2.1 proof; absent on older documents.
-   */
+  /** Signed statement of whether every destruction step fully happened (absent in older documents). */
   destruction?: 'complete' | 'incomplete';
-  /** Only when `destruction` is "incomplete": the steps, ascending, with their reasons. */
+  /** Present only when `destruction` is "incomplete". */
   incomplete_steps?: IncompleteStep[];
 }
 
@@ -116,30 +113,31 @@ export interface FailureReason {
 
 export interface VerifyChecks {
   cdp_version_valid: boolean;
-  /** Every chain hash recomputed and equal; false at reduced scope (legacy session form: not recomputed). */
   chain_integrity: boolean;
   final_hash_valid: boolean;
   step_count: number;
   signature_valid: boolean;
   algorithm: string;
-  /** Present (false) only for the legacy session form, whose chain is taken as is. */
+  /** Present (false) only for the legacy session form, whose chain is taken as is (chain_integrity false: not checked). */
   chain_recomputed?: boolean;
 }
 
-/**
- * What a verified document states about destruction (2.x documents carrying
- * `termination.destruction` only), as the verifier reads it against the
- * component proofs: see docs/PROOF_FORMAT.md "Destruction statement".
- */
-export interface DestructionVerdict {
-  destruction?: 'complete' | 'incomplete';
+/** What a verified document states about its destruction (absent when it does not say). */
+export interface DestructionReport {
+  status: 'complete' | 'incomplete';
   incomplete_steps?: IncompleteStep[];
-  /** Present (true) when the statement disagrees with the document's component proofs. */
-  destruction_contradicted?: true;
 }
 
 export type VerifyResult =
-  | ({ valid: true; checks: VerifyChecks; completeness?: 'partial'; verified_at: string } & DestructionVerdict)
+  | {
+      valid: true;
+      checks: VerifyChecks;
+      completeness?: 'partial';
+      /** 'reduced': the legacy session form, whose chain is taken from the document, not recomputed. */
+      scope?: 'reduced';
+      destruction?: DestructionReport;
+      verified_at: string;
+    }
   | { valid: false; stage_reached: number; failure_reason: FailureReason; verified_at: string };
 
 /** Trust manifest for the offline CLI (CONTRACT.md section 8). */

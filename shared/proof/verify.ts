@@ -11,7 +11,6 @@ import { canonicalHashHexOfJcs } from './canonical.js';
 import { activityRootHexOfCanonical } from './merkle.js';
 import { fromBase64, bytesEqual } from './encoding.js';
 import { parseProof, type ParsedProof } from './format.js';
-import { readDestruction } from './destruction.js';
 
 export interface VerifyOptions {
   manifest?: TrustManifest;
@@ -177,8 +176,7 @@ function checksFor(p: ParsedProof): VerifyChecks {
   const complete = p.steps.length === STEP_COUNT;
   const checks: VerifyChecks = {
     cdp_version_valid: true,
-    // Reported only for what was checked: the legacy session form's chain is
-    // taken from the document (reduced scope, docs/PROOF_FORMAT.md), so it is false there.
+    // The legacy form's chain is taken from the document: its integrity was not checked.
     chain_integrity: complete && p.form !== 'legacy',
     final_hash_valid: complete,
     step_count: p.steps.length,
@@ -213,13 +211,12 @@ export function verifyProof(doc: unknown, opts?: VerifyOptions): VerifyResult {
     const p = parsed.proof;
     const f = runStages(p, hasher(opts?.crypto), opts?.manifest);
     if (f !== undefined) return failure(f.stage, { type: f.type, reason: f.reason }, verifiedAt);
-    // Read after the signature: a statement altered after signing fails above, as any tamper does.
-    const destruction = readDestruction(p.destruction, p.componentKeys, p.steps.length === STEP_COUNT);
     return {
       valid: true,
       checks: checksFor(p),
       ...(p.partial ? { completeness: 'partial' as const } : {}),
-      ...destruction,
+      ...(p.form === 'legacy' ? { scope: 'reduced' as const } : {}),
+      ...(p.destruction !== undefined ? { destruction: p.destruction } : {}),
       verified_at: verifiedAt,
     };
   } catch {

@@ -1,7 +1,8 @@
-// The project's destruction-statement vectors (test/data/cdp-vectors/destruction/),
-// built deterministically from the emitter with a fixed test key. The vectors
-// test checks the files equal this output and verify to their `expect`;
-// `node dist/test/proof/destruction-vectors.js --write` rewrites them.
+// The destruction-status vectors (docs/PROOF_FORMAT.md "Destruction status"):
+// built by the emitter from fixed inputs and a seeded key, committed under
+// test/data/destruction-vectors/, and checked by destruction.test.ts, which
+// also rebuilds them to prove the committed files are what the code emits.
+// `node dist/test/proof/destruction-vectors.js --write` refreshes the files.
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import {
@@ -9,15 +10,34 @@ import {
   emitRecord,
   generateEphemeralKey,
   toAuditProof,
-  toBase64,
   type AuditRecord,
 } from '../../shared/proof/index.js';
-import { ed25519Sign } from '../../shared/proof/crypto.js';
 import { recordInput, seededRandom } from './fixtures.js';
 
-const DIR = fileURLToPath(new URL('../../../test/data/cdp-vectors/destruction/', import.meta.url));
-const SEED = 0x5eed_d35c;
-const VERIFIED_CHECKS = {
+export const DESTRUCTION_VECTOR_DIR = fileURLToPath(
+  new URL('../../../test/data/destruction-vectors/', import.meta.url),
+);
+
+export interface DestructionVector {
+  description: string;
+  document: Record<string, unknown>;
+  /** The verify result without verified_at, and the summary line a verifier prints. */
+  expect: Record<string, unknown>;
+  summary: string;
+}
+
+const ALL_PERFORMED = (): Record<string, unknown>[] => {
+  const e = recordInput().evidence.map((x) => ({ ...x }));
+  e[4] = { method: 'credential_incineration', performed: true, processes_scanned: 12 };
+  return e;
+};
+
+function emit(evidence: Record<string, unknown>[], seed: number): AuditRecord {
+  const key = generateEphemeralKey(seededRandom(seed));
+  return emitRecord({ ...recordInput(), evidence }, { mode: 'ephemeral', key });
+}
+
+const CHECKS = {
   cdp_version_valid: true,
   chain_integrity: true,
   final_hash_valid: true,
@@ -26,148 +46,97 @@ const VERIFIED_CHECKS = {
   algorithm: 'Ed25519',
 };
 
-const WIPE_REASON =
-  '2 files under directories nested past PATH_MAX were not read or overwritten (ENAMETOOLONG), 12582912 bytes in all';
-const MERKLE_REASON = 'the zero state was not read back for 12582912 bytes the wipe did not overwrite';
+const WIPE_REASON = '2 entries not overwritten: ENAMETOOLONG (directory nested past PATH_MAX)';
+const ZERO_REASON = 'zero-state read-back not taken: wipe incomplete';
 
-/** Record input whose every step 1..6 performed its operation. */
-function completeInput(): ReturnType<typeof recordInput> {
-  const input = recordInput();
-  input.evidence[4] = { performed: true, processes_scanned: 412, live_processes_with_uid_after: 0 };
-  return input;
-}
+export function buildDestructionVectors(): Record<string, DestructionVector> {
+  const complete = toAuditProof(emit(ALL_PERFORMED(), 11));
 
-function emit(mutate: (ev: Record<string, unknown>[]) => void): AuditRecord {
-  const input = completeInput();
-  mutate(input.evidence);
-  return emitRecord(input, { mode: 'ephemeral', key: generateEphemeralKey(seededRandom(SEED)) });
-}
+  const one = ALL_PERFORMED();
+  one[2] = { ...one[2], performed: false, reason: WIPE_REASON };
+  const incompleteOne = toAuditProof(emit(one, 12));
 
-/** Re-signs a document with the vectors' key after a change (what a lying signer could do). */
-function resign(doc: Record<string, unknown>): Record<string, unknown> {
-  const key = generateEphemeralKey(seededRandom(SEED));
-  const att = doc['attestation'] as Record<string, string>;
-  delete att['signature'];
-  const hash = canonicalHash(doc);
-  doc['canonical_hash'] = hash;
-  att['signature'] = 'base64:' + toBase64(ed25519Sign(new TextEncoder().encode(hash.slice(7)), key.privateKey));
-  key.privateKey.fill(0);
-  return doc;
-}
+  const two = ALL_PERFORMED();
+  two[2] = { ...two[2], performed: false, reason: WIPE_REASON };
+  two[5] = { method: 'merkle_tree_verification', performed: false, reason: ZERO_REASON };
+  const incompleteTwo = emit(two, 13); // the AuditRecord, evidence and trail included
 
-export interface DestructionVector {
-  file: string;
-  description: string;
-  document: unknown;
-  expect: Record<string, unknown>;
-}
+  // A holder flips the statement to "complete": the canonical hash no longer matches...
+  const flipped = structuredClone(incompleteOne) as unknown as Record<string, unknown>;
+  const t = flipped['termination'] as Record<string, unknown>;
+  t['destruction'] = 'complete';
+  delete t['incomplete_steps'];
+  // ...and recomputing it leaves a signature over the old hash.
+  const flippedRehashed = structuredClone(flipped);
+  flippedRehashed['canonical_hash'] = canonicalHash(flippedRehashed);
 
-export function destructionVectors(): DestructionVector[] {
-  const complete = emit(() => {});
-  const one = emit((ev) => {
-    ev[2] = { ...ev[2], performed: false, reason: WIPE_REASON };
-  });
-  const two = emit((ev) => {
-    ev[2] = { ...ev[2], performed: false, reason: WIPE_REASON };
-    ev[5] = { ...ev[5], performed: false, reason: MERKLE_REASON };
-  });
-  const oneProof = toAuditProof(one) as unknown as Record<string, any>;
+  const malformed = structuredClone(incompleteOne) as unknown as Record<string, unknown>;
+  (malformed['termination'] as Record<string, unknown>)['incomplete_steps'] = [];
 
-  // Flipped after signing, canonical_hash recomputed so the signature is what fails.
-  const flipped = structuredClone(oneProof);
-  flipped['termination'].destruction = 'complete';
-  delete flipped['termination'].incomplete_steps;
-  flipped['canonical_hash'] = canonicalHash(flipped);
-
-  // A signer that states "complete" although step 3 has no component proof.
-  const lying = structuredClone(oneProof);
-  lying['termination'].destruction = 'complete';
-  delete lying['termination'].incomplete_steps;
-  resign(lying);
-
-  const badValue = structuredClone(oneProof);
-  badValue['termination'].destruction = 'mostly';
-  resign(badValue);
-
-  const missingSteps = structuredClone(oneProof);
-  delete missingSteps['termination'].incomplete_steps;
-  resign(missingSteps);
-
-  return [
-    {
-      file: 'valid-destruction-complete.json',
-      description: 'AuditRecord whose steps 1-6 all performed: termination.destruction "complete"',
-      document: complete,
-      expect: { valid: true, checks: VERIFIED_CHECKS, destruction: 'complete' },
+  return {
+    'valid-complete.json': {
+      description: 'every step performed: termination.destruction "complete"',
+      document: complete as unknown as Record<string, unknown>,
+      expect: { valid: true, checks: CHECKS, destruction: { status: 'complete' } },
+      summary: 'AuditProof verified',
     },
-    {
-      file: 'valid-destruction-incomplete-one-step.json',
-      description: 'AuditRecord whose step 3 evidence says performed: false with a reason: incomplete, step 3',
-      document: one,
+    'valid-incomplete-one-step.json': {
+      description: 'step 3 (wipe) evidence performed:false: stated in the signed termination member',
+      document: incompleteOne as unknown as Record<string, unknown>,
       expect: {
         valid: true,
-        checks: VERIFIED_CHECKS,
-        destruction: 'incomplete',
-        incomplete_steps: [{ step: 3, reason: WIPE_REASON }],
+        checks: CHECKS,
+        destruction: { status: 'incomplete', incomplete_steps: [{ step: 3, reason: WIPE_REASON }] },
       },
+      summary: `AuditProof verified; destruction reported incomplete (step 3: ${WIPE_REASON})`,
     },
-    {
-      file: 'valid-destruction-incomplete-two-steps.json',
-      description: 'AuditProof whose steps 3 and 6 did not fully happen: both listed, in order',
-      document: toAuditProof(two),
+    'valid-incomplete-two-steps-record.json': {
+      description: 'AuditRecord (evidence and trail) with steps 3 and 6 not performed',
+      document: incompleteTwo as unknown as Record<string, unknown>,
       expect: {
         valid: true,
-        checks: VERIFIED_CHECKS,
-        destruction: 'incomplete',
-        incomplete_steps: [
-          { step: 3, reason: WIPE_REASON },
-          { step: 6, reason: MERKLE_REASON },
-        ],
+        checks: CHECKS,
+        destruction: {
+          status: 'incomplete',
+          incomplete_steps: [
+            { step: 3, reason: WIPE_REASON },
+            { step: 6, reason: ZERO_REASON },
+          ],
+        },
       },
+      summary: `AuditProof verified; destruction reported incomplete (step 3: ${WIPE_REASON}; step 6: ${ZERO_REASON})`,
     },
-    {
-      file: 'invalid-destruction-flipped.json',
-      description:
-        'incomplete AuditProof with destruction flipped to "complete" and incomplete_steps removed after signing, canonical_hash recomputed: the signature fails',
+    'invalid-flipped-to-complete.json': {
+      description: 'an incomplete proof whose statement was flipped to "complete": canonical hash mismatch',
       document: flipped,
+      expect: {
+        valid: false,
+        stage_reached: 4,
+        failure_reason: { type: 'CanonicalHashMismatch', reason: 'DoesNotMatch' },
+      },
+      summary: 'AuditProof NOT verified: stage 4 failed: CanonicalHashMismatch/DoesNotMatch',
+    },
+    'invalid-flipped-and-rehashed.json': {
+      description: 'flipped to "complete" with canonical_hash recomputed: the signature no longer verifies',
+      document: flippedRehashed,
       expect: {
         valid: false,
         stage_reached: 5,
         failure_reason: { type: 'SignatureMismatch', reason: 'DoesNotVerify' },
       },
+      summary: 'AuditProof NOT verified: stage 5 failed: SignatureMismatch/DoesNotVerify',
     },
-    {
-      file: 'valid-destruction-contradicted.json',
-      description:
-        'signed "complete" while step 3 has no component proof: verified, read as incomplete and flagged as contradicted',
-      document: lying,
-      expect: {
-        valid: true,
-        checks: VERIFIED_CHECKS,
-        destruction: 'incomplete',
-        incomplete_steps: [{ step: 3, reason: 'no component proof: the step recorded no verifiable operation' }],
-        destruction_contradicted: true,
-      },
-    },
-    {
-      file: 'invalid-destruction-unknown-value.json',
-      description: 'signed termination.destruction outside "complete" | "incomplete"',
-      document: badValue,
+    'invalid-incomplete-without-steps.json': {
+      description: '"incomplete" with an empty incomplete_steps list: malformed statement',
+      document: malformed,
       expect: { valid: false, stage_reached: 0, failure_reason: { type: 'FormatInvalid', reason: 'WrongType' } },
+      summary: 'AuditProof NOT verified: stage 0 failed: FormatInvalid/WrongType',
     },
-    {
-      file: 'invalid-destruction-steps-missing.json',
-      description: 'signed "incomplete" without incomplete_steps',
-      document: missingSteps,
-      expect: { valid: false, stage_reached: 0, failure_reason: { type: 'FormatInvalid', reason: 'MissingField' } },
-    },
-  ];
-}
-
-export function vectorFileText(v: DestructionVector): string {
-  return JSON.stringify({ description: v.description, document: v.document, expect: v.expect }, null, 2) + '\n';
+  };
 }
 
 if (process.argv.includes('--write')) {
-  for (const v of destructionVectors()) writeFileSync(DIR + v.file, vectorFileText(v));
+  for (const [name, v] of Object.entries(buildDestructionVectors())) {
+    writeFileSync(DESTRUCTION_VECTOR_DIR + name, JSON.stringify(v, null, 2) + '\n');
+  }
 }

@@ -63,9 +63,6 @@ t.test('ephemeral record verifies, as record and as AuditProof, with both provid
     t.same(verifyProof(json, { crypto, now: () => 'T' }), {
       valid: true,
       verified_at: 'T',
-      // The fixture's step 5 did not perform (no reason given): the signed statement says so.
-      destruction: 'incomplete',
-      incomplete_steps: [{ step: 5, reason: 'the step evidence says performed: false' }],
       checks: {
         cdp_version_valid: true,
         chain_integrity: true,
@@ -74,6 +71,8 @@ t.test('ephemeral record verifies, as record and as AuditProof, with both provid
         signature_valid: true,
         algorithm: 'Ed25519',
       },
+      // The fixture's step 5 says performed: false: stated in the signed termination member.
+      destruction: { status: 'incomplete', incomplete_steps: [{ step: 5, reason: 'step 5 not performed' }] },
     });
     const proof = JSON.parse(JSON.stringify(toAuditProof(rec)));
     t.notOk('activity' in proof || 'evidence' in proof || 'internal' in proof, 'record-only members dropped');

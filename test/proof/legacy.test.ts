@@ -11,7 +11,7 @@ import {
   generateEphemeralKey,
   legacySignedAt,
   nobleCrypto,
-  verdictSummary,
+  verdictLine,
   verifyProof,
   STEPS,
 } from '../../shared/proof/index.js';
@@ -44,7 +44,7 @@ t.test('emitted documents have the vector form and verify to its expect, with ea
     const r = verifyProof(JSON.parse(JSON.stringify(p.doc)), { crypto });
     t.strictSame(withoutVerifiedAt(r), legacyVector.expect, 'the vector expect (chain_integrity false: reduced scope)');
   }
-  t.match(verdictSummary(verifyProof(p.doc)), /^AuditProof verified at reduced scope/);
+  t.match(verdictLine(verifyProof(p.doc)), /^AuditProof verified at reduced scope/);
 });
 
 t.test('the chain: the shared step table, SHA-256 chain rule, final hash = step 8, signed as hex', async (t) => {
