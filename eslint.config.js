@@ -5,7 +5,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'data/**', '**/node_modules/**'] },
+  { ignores: ['dist/**', 'node_modules/**', 'data/**', '**/node_modules/**', 'clients/*/dist/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

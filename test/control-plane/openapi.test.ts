@@ -7,11 +7,12 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
 import { OPERATIONS, openapiDocument, openapiPath } from '../../control-plane/http/openapi.js';
-import { openapiYaml } from '../../cli/openapi.js';
+import { openapiTypes, openapiYaml } from '../../cli/openapi.js';
 import { conformance } from '../helpers/openapi.js';
 import { startRunner } from '../helpers/runner.js';
 import { Api, start, type Res } from './harness.js';
 
+const TYPES_FILE = fileURLToPath(new URL('../../../clients/typescript/src/types.gen.ts', import.meta.url));
 const YAML_FILE = fileURLToPath(new URL('../../../docs/openapi.yaml', import.meta.url));
 const PKG = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
 
@@ -44,6 +45,14 @@ t.test('docs/openapi.yaml is the generated document', async (t) => {
   const refs = [...committed.matchAll(/\$ref: "?#\/components\/(\w+)\/([\w-]+)"?/g)];
   t.ok(refs.length > 50);
   for (const [, kind, name] of refs) t.ok(doc.components[kind!]?.[name!], `#/components/${kind}/${name} exists`);
+});
+
+t.test('the TypeScript SDK types are generated from the document', async (t) => {
+  t.equal(
+    readFileSync(TYPES_FILE, 'utf8'),
+    openapiTypes(openapiDocument(PKG.version)),
+    'run `capsule openapi --types > clients/typescript/src/types.gen.ts` after changing the registry',
+  );
 });
 
 t.test('served routes, served document and a conforming lifecycle', async (t) => {
