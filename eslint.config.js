@@ -18,6 +18,11 @@ export default tseslint.config(
     },
   },
   {
+    // The browser verifier page's own script runs in browsers.
+    files: ['control-plane/http/verify-page/**/*.js'],
+    languageOptions: { globals: { ...globals.browser } },
+  },
+  {
     // CommonJS workload scripts that run inside capsules.
     files: ['**/*.cjs'],
     languageOptions: { sourceType: 'commonjs' },

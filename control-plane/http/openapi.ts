@@ -175,6 +175,26 @@ export const OPERATIONS: Operation[] = [
     responses: { 200: 'ErrorDoc' },
     errors: [404, 429],
   },
+  {
+    method: 'get',
+    path: '/verify',
+    operationId: 'verifyPage',
+    summary: 'The browser verifier page',
+    tag: 'proofs',
+    auth: false,
+    responses: { 200: { media: 'text/html', description: 'the verifier page' } },
+    errors: [429],
+  },
+  {
+    method: 'get',
+    path: '/verify/assets/*path',
+    operationId: 'verifyPageAsset',
+    summary: 'A static asset of the verifier page (ES module or stylesheet)',
+    tag: 'proofs',
+    auth: false,
+    responses: { 200: { media: 'text/javascript', description: 'the asset' } },
+    errors: [404, 429],
+  },
   // Capsules.
   {
     method: 'post',
@@ -711,7 +731,7 @@ export const OPERATIONS: Operation[] = [
 ];
 
 /** `/v1/capsules/:id` → `/v1/capsules/{id}`. */
-export const openapiPath = (p: string): string => p.replace(/:([A-Za-z_]+)/g, '{$1}');
+export const openapiPath = (p: string): string => p.replace(/[:*]([A-Za-z_]+)/g, '{$1}');
 
 function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> {
   const s = z.toJSONSchema(schema, { target: 'draft-2020-12', io, unrepresentable: 'any' }) as Record<string, unknown>;
@@ -747,7 +767,7 @@ export function openapiDocument(version: string): Record<string, unknown> {
   for (const o of OPERATIONS) {
     const path = openapiPath(o.path);
     const params: Record<string, unknown>[] = [];
-    for (const m of o.path.matchAll(/:([A-Za-z_]+)/g))
+    for (const m of o.path.matchAll(/[:*]([A-Za-z_]+)/g))
       params.push({ name: m[1], in: 'path', required: true, schema: { type: 'string' } });
     for (const q of o.query ?? [])
       params.push({

@@ -9,7 +9,12 @@ const ALWAYS = [401, 429, 500];
 
 function matches(o: Operation, method: string, path: string): boolean {
   if (o.method !== method.toLowerCase()) return false;
-  const re = new RegExp(`^${o.path.replace(/[.]/g, '\\.').replace(/:[A-Za-z_]+/g, '[^/]+')}$`);
+  const re = new RegExp(
+    `^${o.path
+      .replace(/[.]/g, '\\.')
+      .replace(/:[A-Za-z_]+/g, '[^/]+')
+      .replace(/\*[A-Za-z_]+/g, '.+')}$`,
+  );
   return re.test(path.split('?')[0]!);
 }
 
