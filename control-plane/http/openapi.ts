@@ -24,7 +24,14 @@ import * as W from './wire.js';
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
 /** A response: a named schema, a non-JSON media type, or no body (204). */
-export type ResponseSpec = keyof typeof SCHEMAS | { media: string; description: string } | null;
+export type ResponseSpec = keyof typeof SCHEMAS | MediaSpec | null;
+
+/** A non-JSON answer; `json` names the schema of its JSON alternative (chosen by Accept). */
+export interface MediaSpec {
+  media: string;
+  description: string;
+  json?: keyof typeof SCHEMAS;
+}
 
 export interface Operation {
   method: Method;
@@ -172,7 +179,7 @@ export const OPERATIONS: Operation[] = [
     summary: 'Documentation of one error code (HTML, or JSON on Accept)',
     tag: 'service',
     auth: false,
-    responses: { 200: 'ErrorDoc' },
+    responses: { 200: { media: 'text/html', description: 'the error page', json: 'ErrorDoc' } },
     errors: [404, 429],
   },
   {
@@ -749,13 +756,15 @@ const REQUEST_SCHEMAS = new Set<string>(
   ]),
 );
 
-function content(r: keyof typeof SCHEMAS | { media: string; description: string }): Record<string, unknown> {
+function content(r: keyof typeof SCHEMAS | MediaSpec): Record<string, unknown> {
   if (typeof r === 'string') return { 'application/json': { schema: ref(r) } };
-  return {
+  const out: Record<string, unknown> = {
     [r.media]: {
       schema: r.media.startsWith('application/json') ? { type: 'object' } : { type: 'string', format: 'binary' },
     },
   };
+  if (r.json) out['application/json'] = { schema: ref(r.json) };
+  return out;
 }
 
 const ALWAYS_AUTH = [401, 429, 500];

@@ -99,19 +99,31 @@ export const ProofRecord = obj({
   created_at: ts,
 });
 
+const proofChecks = obj({
+  cdp_version_valid: z.boolean(),
+  chain_integrity: z.boolean(),
+  final_hash_valid: z.boolean(),
+  step_count: z.number().int(),
+  signature_valid: z.boolean(),
+  algorithm: z.string(),
+  /** Present (false) only for the legacy session form: reduced scope. */
+  chain_recomputed: z.boolean().optional(),
+});
+/** The presentation projection is verified at reduced scope: its document hash is taken as stated. */
+const presentationChecks = obj({
+  cdp_version_valid: z.boolean(),
+  final_hash_valid: z.boolean(),
+  step_count: z.number().int(),
+  signature_valid: z.boolean(),
+  algorithm: z.string(),
+  document_hash_recomputed: z.literal(false),
+});
 export const VerifyResult = obj({
   valid: z.boolean(),
   stage_reached: z.number().int().optional(),
   failure_reason: obj({ type: z.string(), reason: z.string() }).optional(),
-  checks: obj({
-    cdp_version_valid: z.boolean(),
-    chain_integrity: z.boolean(),
-    final_hash_valid: z.boolean(),
-    step_count: z.number().int(),
-    signature_valid: z.boolean(),
-    algorithm: z.string(),
-    chain_recomputed: z.boolean().optional(),
-  }).optional(),
+  scope: z.literal('reduced').optional(),
+  checks: z.union([proofChecks, presentationChecks]).optional(),
   completeness: z.string().optional(),
   verified_at: ts,
 });

@@ -680,6 +680,7 @@ export type VerifyResult = {
     reason: string;
     [member: string]: unknown;
   };
+  scope?: "reduced";
   checks?: {
     cdp_version_valid: boolean;
     chain_integrity: boolean;
@@ -688,6 +689,14 @@ export type VerifyResult = {
     signature_valid: boolean;
     algorithm: string;
     chain_recomputed?: boolean;
+    [member: string]: unknown;
+  } | {
+    cdp_version_valid: boolean;
+    final_hash_valid: boolean;
+    step_count: number;
+    signature_valid: boolean;
+    algorithm: string;
+    document_hash_recomputed: false;
     [member: string]: unknown;
   };
   completeness?: string;
