@@ -1,7 +1,7 @@
 // The browser verifier page (`{verify_url}` = /verify): static HTML, CSS and
 // ES modules. The page's modules are the compiled proof library (dist/shared)
 // and its two @noble packages, collected once at start by following their
-// imports from shared/proof/index.js and shared/verdict.js, with bare
+// imports from shared/proof/index.js, with bare
 // `@noble/...` specifiers rewritten to the served paths. Nothing is fetched
 // from elsewhere, so the page keeps working with the network cut once loaded.
 import { existsSync, readFileSync } from 'node:fs';
@@ -39,7 +39,7 @@ export function collectVerifyAssets(): Map<string, Asset> {
       return VERIFY_ASSET_PREFIX + 'noble/' + relative(join(nm, '@noble'), n).split(sep).join('/');
     throw new Error(`verify page: ${file} is outside the served trees`);
   };
-  const queue = [join(DIST, 'shared/proof/index.js'), join(DIST, 'shared/verdict.js')];
+  const queue = [join(DIST, 'shared/proof/index.js')];
   while (queue.length) {
     const file = queue.pop()!;
     const path = served(file);

@@ -83,6 +83,19 @@ t.test('the Python verifier agrees with the TypeScript one', async (t) => {
         docs.push(...mutations(v.document, f.length));
     }
   }
+  // The destruction vectors (signed statements of incomplete destruction) and their mutations too.
+  const dv = fileURLToPath(new URL('../../../test/data/destruction-vectors/', import.meta.url));
+  for (const f of readdirSync(dv)
+    .filter((x) => x.endsWith('.json'))
+    .sort()) {
+    const v = JSON.parse(readFileSync(join(dv, f), 'utf8'));
+    docs.push(v.document, ...mutations(v.document, f.length + 7));
+    for (const st of [3, '3', 0, 9, null]) {
+      const d = structuredClone(v.document);
+      if (d.termination) d.termination.incomplete_steps = [{ step: st, reason: 'r' }];
+      docs.push(d);
+    }
+  }
   const files = docs.map((d, i) => {
     const p = join(dir, `${i}.json`);
     writeFileSync(p, JSON.stringify(d));

@@ -305,7 +305,7 @@ def _parse(doc: Any) -> dict:
         p["steps"] = _steps(doc, True)
         p["final_hash"] = _hash(doc, "final_hash", True, _is_legacy_hash)
         p["attestation"] = _attestation(doc)
-        p.update(form="legacy", partial=False)
+        p.update(form="legacy", partial=False, destruction=None)
         return p
     v2 = version != "1.0"
     _str(doc, "capsule_id", True)
@@ -329,6 +329,7 @@ def _parse(doc: Any) -> dict:
             if not _is_int(kv) or kv < 0:
                 raise _Fail("FormatInvalid", "WrongType")
             p["key_version"] = int(kv)
+    p["destruction"] = _destruction(doc.get("termination"))
     att = _attestation(doc)
     p["attestation"] = att
     if v2:
@@ -347,6 +348,38 @@ def _parse(doc: Any) -> dict:
             raise _Fail("FormatInvalid", "WrongType")
     p.update(form="capsule", partial=partial, steps=steps)
     return p
+
+
+def _destruction(termination: Any) -> Optional[dict]:
+    """The signed destruction statement inside `termination`: None when absent, WrongType when malformed."""
+    if not isinstance(termination, dict):
+        return None
+    d = termination.get("destruction", _ABSENT)
+    steps = termination.get("incomplete_steps", _ABSENT)
+    if d is _ABSENT:
+        if steps is _ABSENT:
+            return None
+        raise _Fail("FormatInvalid", "WrongType")
+    if d == "complete" and isinstance(d, str):
+        if steps is not _ABSENT:
+            raise _Fail("FormatInvalid", "WrongType")
+        return {"status": "complete"}
+    if d != "incomplete" or not isinstance(steps, list) or not steps:
+        raise _Fail("FormatInvalid", "WrongType")
+    out = []
+    for st in steps:
+        if not isinstance(st, dict):
+            raise _Fail("FormatInvalid", "WrongType")
+        step, reason = st.get("step"), st.get("reason")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not _is_int(step) or not 1 <= step <= 8:
+            raise _Fail("FormatInvalid", "WrongType")
+        if not isinstance(reason, str):
+            raise _Fail("FormatInvalid", "WrongType")
+        out.append({"step": int(step) if float(step).is_integer() else step, "reason": reason})
+    return {"status": "incomplete", "incomplete_steps": out}
+
+
+_ABSENT = object()
 
 
 # ---------------------------------------------------------------- stages 1-6
@@ -459,7 +492,8 @@ def verify_proof(document: Any, trust_manifest: Optional[dict] = None, now: Opti
     complete = len(p["steps"]) == STEP_COUNT
     checks: dict[str, Any] = {
         "cdp_version_valid": True,
-        "chain_integrity": complete,
+        # The legacy form's chain is taken from the document: its integrity was not checked.
+        "chain_integrity": complete and p["form"] != "legacy",
         "final_hash_valid": complete,
         "step_count": len(p["steps"]),
         "signature_valid": True,
@@ -470,6 +504,10 @@ def verify_proof(document: Any, trust_manifest: Optional[dict] = None, now: Opti
     result: dict[str, Any] = {"valid": True, "checks": checks}
     if p["partial"]:
         result["completeness"] = "partial"
+    if p["form"] == "legacy":
+        result["scope"] = "reduced"
+    if p["destruction"] is not None:
+        result["destruction"] = p["destruction"]
     result["verified_at"] = verified_at
     return result
 
@@ -488,27 +526,22 @@ def verify_proof_json(text: str | bytes, trust_manifest: Optional[dict] = None) 
 
 
 def verdict_line(result: dict, document: Any = None) -> str:
-    """The one-line verdict: "AuditProof verified", never "destruction verified"."""
+    """The one-line verdict, worded as every verifier of the service words it:
+    "AuditProof verified", never "destruction verified"; reduced scope, partial
+    proofs and a destruction the signed document reports as incomplete are stated.
+    The result carries all it needs; `document` is accepted and not read."""
     if not result.get("valid"):
-        st = result.get("stage_reached", 0)
         fr = result.get("failure_reason") or {}
-        name = STAGE_NAMES[st] if isinstance(st, int) and 0 <= st < len(STAGE_NAMES) else "unknown stage"
-        return f"AuditProof NOT verified: stage {st} ({name}) failed: {fr.get('type')}/{fr.get('reason')}"
-    checks = result.get("checks") or {}
-    notes = []
+        return f"AuditProof NOT verified: stage {result.get('stage_reached')} failed: {fr.get('type')}/{fr.get('reason')}"
+    parts = ["AuditProof verified"]
+    if result.get("scope") == "reduced":
+        parts[0] += " at reduced scope"
     if result.get("completeness") == "partial":
-        reason = document.get("reason") if isinstance(document, dict) else None
-        notes.append("partial proof: integrity of the document only" + (f"; reason: {reason}" if isinstance(reason, str) else ""))
-    if checks.get("chain_recomputed") is False or (not checks.get("chain_integrity") and result.get("completeness") != "partial"):
-        notes.append("reduced scope: legacy session form, chain hashes taken from the document, linkage and signature checked")
-    line = f"AuditProof verified ({'; '.join(notes)})" if notes else "AuditProof verified"
-    term = document.get("termination") if isinstance(document, dict) else None
-    if isinstance(term, dict) and term.get("destruction") == "incomplete":
-        steps = term.get("incomplete_steps") if isinstance(term.get("incomplete_steps"), list) else []
-        parts = [
-            f"step {s.get('step', '?') if isinstance(s, dict) else '?'}: "
-            f"{s.get('reason', 'no reason given') if isinstance(s, dict) else 'no reason given'}"
-            for s in steps
-        ]
-        line += f"; destruction reported incomplete ({'; '.join(parts) if parts else 'no steps named'})"
-    return line
+        parts.append("partial proof: integrity of the document only")
+    d = result.get("destruction")
+    if isinstance(d, dict) and d.get("status") == "incomplete":
+        steps = "; ".join(f"step {st['step']}: {st['reason']}" for st in d.get("incomplete_steps") or [])
+        parts.append(f"destruction reported incomplete ({steps})")
+    if (result.get("checks") or {}).get("chain_recomputed") is False:
+        parts.append("legacy session form: chain hashes taken from the document, not recomputed")
+    return "; ".join(parts)

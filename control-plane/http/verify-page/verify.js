@@ -1,8 +1,7 @@
 // The browser verifier: the service's own proof library (shared/proof), run in
 // this page. The Ed25519 check uses WebCrypto where the browser has it and
 // @noble/ed25519 otherwise; everything else is the library's synchronous code.
-import { verifyProof, nobleCrypto, STAGE_NAMES } from '/verify/assets/shared/proof/index.js';
-import { verdictLine } from '/verify/assets/shared/verdict.js';
+import { verifyProof, nobleCrypto, STAGE_NAMES, verdictLine } from '/verify/assets/shared/proof/index.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -75,7 +74,7 @@ function fact(dl, term, value) {
 
 function show(doc, result, engine) {
   const v = $('verdict');
-  v.textContent = verdictLine(result, doc);
+  v.textContent = verdictLine(result);
   v.dataset.state = result.valid ? 'valid' : 'invalid';
   if (!result.valid) {
     v.dataset.stage = String(result.stage_reached);
