@@ -2,6 +2,8 @@
 // proofs (docs/PROOF_FORMAT.md "Destruction status"): verified, but never
 // reported as more destruction than the document shows.
 import t from 'tap';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import {
   canonicalHash,
   emitRecord,
@@ -84,4 +86,26 @@ t.test('documents without a statement are not read against their component proof
     t.equal(r.valid, true, name);
     t.notOk('destruction' in r, name);
   }
+});
+
+t.test('the Python SDK verifier reads a contradiction exactly as the library does', async (t) => {
+  const doc = emitted((ev) => (ev[2] = { performed: false, reason: 'ENOSPC' }));
+  doc['termination'].destruction = 'complete';
+  delete doc['termination'].incomplete_steps;
+  resign(doc);
+  const { verified_at: _v, ...expected } = verifyProof(doc) as Record<string, unknown>;
+  const file = fileURLToPath(new URL('../../../clients/python/capsule_sdk/verify.py', import.meta.url));
+  // The module alone (the package's HTTP client needs httpx, not used here).
+  const script = [
+    'import importlib.util, json, sys',
+    `spec = importlib.util.spec_from_file_location("v", ${JSON.stringify(file)})`,
+    'm = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)',
+    'r = m.verify_proof(json.load(sys.stdin)); r.pop("verified_at")',
+    'print(json.dumps({"result": r, "line": m.verdict_line(r)}))',
+  ].join('\n');
+  const py = spawnSync('/usr/bin/python3', ['-c', script], { input: JSON.stringify(doc), encoding: 'utf8' });
+  t.equal(py.status, 0, py.stderr);
+  const out = JSON.parse(py.stdout);
+  t.strictSame(out.result, expected);
+  t.equal(out.line, verdictLine(verifyProof(doc)));
 });
