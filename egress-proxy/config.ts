@@ -28,8 +28,11 @@ export interface EgressProxyConfig {
   clock?: EgressClock;
   /** Randomness for certificate serial numbers. */
   random?: (n: number) => Uint8Array;
-  /** Activity events, in emission order. Must not throw (a throw is swallowed and counted). */
-  onEvent: (event: EgressEvent) => void;
+  /**
+   * Activity events, in emission order. Must not throw (a throw is swallowed and counted). A returned
+   * promise settles when the event is stored: the proxy keeps at most limits.maxQueuedEvents unsettled.
+   */
+  onEvent: (event: EgressEvent) => unknown;
   /** Refused requests (not activity events): for operator logs/metrics. Carries no customer bytes. */
   onRefusal?: (refusal: EgressRefusal) => void;
   limits?: Partial<EgressLimits>;

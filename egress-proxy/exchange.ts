@@ -17,8 +17,7 @@ import type { Runtime, Target } from './runtime.js';
 import { asSha512, canonicalRequest, requestCanonicalHash, sha512JcsOrNull } from './hashing.js';
 import { denialBody, inspectBody, toolAllowed, type Inspection } from './mcp-policy.js';
 import { mcpResult } from './mcp-result.js';
-import { MerkleAccumulator } from '../shared/proof/index.js';
-import { nodeCrypto } from '../shared/node/crypto-node.js';
+import { SegmentedStream, type Segment } from './segments.js';
 import { StreamChunker } from './sse.js';
 import { classifyUpstreamError, tlsMetadata } from './upstream.js';
 
@@ -220,7 +219,7 @@ function send(
   let status: number | null = null;
   let tls: TlsMetadata | null = null;
   let streamed = false;
-  let merkle: MerkleAccumulator | null = null;
+  let merkle: SegmentedStream | null = null;
   let chunker: StreamChunker | null = null;
   const mcp = inspection.kind === 'tools_call' ? inspection : null;
   let mcpChunks: Buffer[] | null = mcp ? [] : null;
@@ -276,11 +275,14 @@ function send(
     const bodyHash = asSha512(reqHash.digest());
     if (chunker && merkle) {
       chunker.end();
+      const last = merkle.end();
+      if (last) emitSegment(last);
       rt.emit({
         type: 'StreamingEgressCompleted',
         at: rt.clock.nowIso(),
         exchange: s.exchange,
-        chunks: merkle.count,
+        chunks: merkle.chunks,
+        segments: merkle.segments,
         total_bytes: respBytes,
         merkle_root: asSha512(merkle.root()),
         outcome,
@@ -327,6 +329,19 @@ function send(
       });
     }
   };
+
+  function emitSegment(g: Segment): void {
+    rt.emit({
+      type: 'StreamingEgressChunk',
+      at: rt.clock.nowIso(),
+      exchange: s.exchange,
+      index: g.index,
+      first_chunk: g.firstChunk,
+      chunks: g.chunks,
+      bytes: g.bytes,
+      segment_root: asSha512(g.root),
+    });
+  }
 
   function abort(outcome: EgressOutcome, code: 502 | 504, message: string, errCode = outcome): void {
     if (done) return;
@@ -391,7 +406,7 @@ function send(
     const sse = respContentType?.toLowerCase().includes('text/event-stream') ?? false;
     streamed = sse || /chunked/i.test(one(ures.headers['transfer-encoding']) ?? '');
     if (streamed) {
-      merkle = new MerkleAccumulator(nodeCrypto);
+      merkle = new SegmentedStream();
       const m = merkle;
       rt.emit({
         type: 'StreamingEgressStarted',
@@ -402,16 +417,12 @@ function send(
         status,
         framing: sse ? 'sse' : 'blocks',
       });
-      chunker = new StreamChunker({ sse, maxChunkBytes: sse ? L.maxSseChunkBytes : L.streamBlockBytes }, (c) => {
-        m.push(c.digest);
-        rt.emit({
-          type: 'StreamingEgressChunk',
-          at: rt.clock.nowIso(),
-          exchange: s.exchange,
-          index: c.index,
-          bytes: c.bytes,
-          chunk_hash: asSha512(c.digest),
-        });
+      const bounds = sse
+        ? { maxChunkBytes: L.maxSseChunkBytes, minChunkBytes: L.minSseChunkBytes }
+        : { maxChunkBytes: L.streamBlockBytes };
+      chunker = new StreamChunker({ sse, ...bounds }, (c) => {
+        const g = m.push(c.digest, c.bytes);
+        if (g) emitSegment(g);
       });
     }
     res.writeHead(status, endToEnd(ures.headers));

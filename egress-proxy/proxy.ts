@@ -11,6 +11,7 @@ import { formatIp, parseIp } from './address.js';
 import { compilePolicy } from './allowlist.js';
 import { CapsuleCa, type KeyDestructionEvidence } from './ca.js';
 import { systemClock, systemResolver, validateConfig, type EgressProxyConfig } from './config.js';
+import { EventQueue } from './event-queue.js';
 import { forward, sendError } from './exchange.js';
 import { DEFAULT_LIMITS, type EgressLimits, type Runtime, type Target } from './runtime.js';
 import { createPools, upstreamTrust } from './upstream.js';
@@ -21,8 +22,10 @@ export interface EgressProxy {
   readonly socketPath: string | undefined;
   /** Bound loopback address, when `tcp` was configured. */
   readonly tcpAddress: { host: string; port: number } | undefined;
-  /** Event-callback throws swallowed so far (should stay 0). */
+  /** Event-callback throws (and rejections) swallowed so far (should stay 0). */
   readonly droppedCallbackErrors: number;
+  /** Events handed to onEvent whose promise has not settled yet (at most limits.maxQueuedEvents). */
+  readonly queuedEvents: number;
   /** Closes the listeners and every connection, then destroys the CA and leaf keys. Idempotent. */
   stop(): Promise<KeyDestructionEvidence>;
 }
@@ -77,19 +80,14 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
   let exchanges = 0;
   let callbackErrors = 0;
   let stopping = false;
+  const queue = new EventQueue(limits.maxQueuedEvents, config.onEvent, () => clock.nowIso());
   const rt: Runtime = {
     mcpPolicy: config.mcpPolicy,
     limits,
     pools,
     trust: upstreamTrust(config.extraCaPem),
     clock,
-    emit: (e) => {
-      try {
-        config.onEvent(e);
-      } catch {
-        callbackErrors++;
-      }
-    },
+    emit: (e) => queue.emit(e),
     refuse: (r) => {
       try {
         config.onRefusal?.({ at: clock.nowIso(), ...r });
@@ -268,13 +266,17 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
       socketPath: config.socketPath,
       tcpAddress,
       get droppedCallbackErrors() {
-        return callbackErrors;
+        return callbackErrors + queue.callbackErrors;
+      },
+      get queuedEvents() {
+        return queue.pending;
       },
       stop() {
         stopped ??= (async () => {
           stopping = true;
           // In-flight exchanges end now, so their last events precede stop()'s result (and DestructionInitiated).
           for (const abort of [...rt.inFlight]) abort();
+          queue.flushTruncation();
           const closing = listeners.map((l) => new Promise<void>((r) => l.close(() => r())));
           outer.closeAllConnections();
           inner.closeAllConnections();

@@ -24,8 +24,12 @@ export interface EgressLimits {
   streamBlockBytes: number;
   /** Cut an SSE event chunk longer than this. */
   maxSseChunkBytes: number;
+  /** An SSE chunk closes at the first event end where it holds at least this many bytes (tiny events share a chunk). */
+  minSseChunkBytes: number;
   resolveTimeoutMs: number;
   maxSocketsPerDestination: number;
+  /** Events handed to onEvent and not yet settled (its promise); past it events are dropped and an ActivityTruncated says so. */
+  maxQueuedEvents: number;
   caValidityHours: number;
 }
 
@@ -39,8 +43,10 @@ export const DEFAULT_LIMITS: EgressLimits = {
   maxMcpResultBytes: 4 * 1024 * 1024,
   streamBlockBytes: 64 * 1024,
   maxSseChunkBytes: 1024 * 1024,
+  minSseChunkBytes: 4096,
   resolveTimeoutMs: 5_000,
   maxSocketsPerDestination: 64,
+  maxQueuedEvents: 2048,
   caValidityHours: 24,
 };
 

@@ -43,7 +43,7 @@ export class ProxyEgress implements EgressLauncher {
     mkdirSync(o.socketDir, { recursive: true, mode: 0o700 });
   }
 
-  async start(spec: EgressSpec, onEvent: (e: EgressActivity) => void): Promise<RunningEgress> {
+  async start(spec: EgressSpec, onEvent: (e: EgressActivity) => void | Promise<unknown>): Promise<RunningEgress> {
     // Validate with the proxy's own checkers first, so a bad stored value becomes a 400 naming the field.
     const rules: Rule[] = spec.rules.map((r, i) => {
       const c = checkRule(r);
