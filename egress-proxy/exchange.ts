@@ -17,6 +17,7 @@ import type { Runtime, Target } from './runtime.js';
 import { asSha512, canonicalRequest, requestCanonicalHash, sha512JcsOrNull } from './hashing.js';
 import { denialBody, inspectBody, toolAllowed, type Inspection } from './mcp-policy.js';
 import { mcpResult } from './mcp-result.js';
+import type { BudgetHold } from './budget.js';
 import { SegmentedStream, type Segment } from './segments.js';
 import { StreamChunker } from './sse.js';
 import { classifyUpstreamError, tlsMetadata } from './upstream.js';
@@ -60,7 +61,13 @@ export function hostHeader(t: Target): string {
 }
 
 /** Plain-text error to the capsule; after headers went out the only signal left is cutting the connection. */
-export function sendError(res: ServerResponse, status: number, code: string, message: string): void {
+export function sendError(
+  res: ServerResponse,
+  status: number,
+  code: string,
+  message: string,
+  extra: OutgoingHttpHeaders = {},
+): void {
   if (res.headersSent) {
     res.destroy();
     return;
@@ -69,8 +76,29 @@ export function sendError(res: ServerResponse, status: number, code: string, mes
     'content-type': 'text/plain; charset=utf-8',
     'x-capsule-egress-error': code,
     connection: 'close',
+    ...extra,
   });
   res.end(`capsule egress: ${message}\n`);
+}
+
+/** Bytes of a refused body read and thrown away before the connection is cut. */
+const DISCARD_MAX_BYTES = 64 * 1024 * 1024;
+const DISCARD_MAX_MS = 30_000;
+
+/**
+ * After an early refusal the rest of the body is read and thrown away, so a client still sending
+ * can read the answer (RFC 9110 section 15: a server may answer before the body is complete);
+ * past a bound of bytes or time the socket is cut.
+ */
+function discardRest(req: IncomingMessage): void {
+  let n = 0;
+  const cut = setTimeout(() => req.socket.destroy(), DISCARD_MAX_MS).unref();
+  req.on('data', (c: Buffer) => {
+    n += c.length;
+    if (n > DISCARD_MAX_BYTES) req.socket.destroy();
+  });
+  req.once('close', () => clearTimeout(cut));
+  req.resume();
 }
 
 export function forward(
@@ -104,9 +132,20 @@ export function forward(
       Buffer.alloc(0),
       hasBody ? req : null,
       compressed ? { kind: 'fail_open', reason: 'compressed_body' } : { kind: 'not_tools_call' },
+      null,
     );
     return;
   }
+  const started = { exchange, startedAt, t0 };
+  if (!rt.mcpPolicy) {
+    // No tool policy, nothing to enforce: stream at once. A bounded copy still identifies a
+    // tools/call for the McpToolInvoked record (send, "deferred").
+    send(rt, req, res, target, pathAndQuery, started, Buffer.alloc(0), req, { kind: 'deferred' }, null);
+    return;
+  }
+  // With a tool policy the body is held until it is classified: bounded per body (413) and by the
+  // capsule's and the process's inspection budgets (429).
+  const hold = rt.hold();
   const chunks: Buffer[] = [];
   let size = 0;
   let handedOff = false;
@@ -115,7 +154,22 @@ export function forward(
     handedOff = true;
     req.off('data', onData);
     req.pause();
-    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, Buffer.concat(chunks), req, inspection);
+    send(rt, req, res, target, pathAndQuery, started, Buffer.concat(chunks), req, inspection, hold);
+  };
+  const refuseBody = (
+    status: 413 | 429,
+    reason: 'body_too_large_for_inspection' | 'inspection_budget_exhausted',
+    message: string,
+    extra: OutgoingHttpHeaders = {},
+  ) => {
+    handedOff = true;
+    req.off('data', onData);
+    chunks.length = 0;
+    hold.release();
+    rt.refuse({ host: target.host, port: target.port, reason });
+    // Kept alive: the client may still be sending; closing now would reset the connection and lose the answer.
+    sendError(res, status, reason, message, { connection: 'keep-alive', ...extra });
+    discardRest(req);
   };
   const onData = (c: Buffer) => {
     chunks.push(c);
@@ -137,26 +191,23 @@ export function forward(
         }
       }
     }
-    if (size <= rt.limits.maxInspectBytes) return;
-    handedOff = true;
-    req.off('data', onData);
-    req.pause();
-    if (rt.mcpPolicy) {
+    if (size > rt.limits.maxInspectBytes) {
       // Fail closed: an oversize tools/call would otherwise pass unchecked.
-      rt.refuse({ host: target.host, port: target.port, reason: 'body_too_large_for_inspection' });
-      sendError(
-        res,
+      refuseBody(
         413,
         'body_too_large_for_inspection',
         `request body over ${rt.limits.maxInspectBytes} bytes cannot be checked against mcp_policy`,
       );
-      // Discard the rest (the response says connection: close); cut the socket if the client keeps sending.
-      req.resume();
-      res.once('finish', () => setTimeout(() => req.socket.destroy(), 2000).unref());
       return;
     }
-    // No tool policy: nothing to enforce, stream the rest through.
-    streamRest({ kind: 'not_tools_call' });
+    if (!hold.take(c.length)) {
+      refuseBody(
+        429,
+        'inspection_budget_exhausted',
+        'too many request bodies held for mcp_policy inspection at once; retry later',
+        { 'retry-after': String(rt.limits.inspectRetryAfterS) },
+      );
+    }
   };
   req.on('data', onData);
   req.once('end', () => {
@@ -165,6 +216,7 @@ export function forward(
     const inspection = inspectBody(body, encoding);
     if (inspection.kind === 'tools_call' && !toolAllowed(rt.mcpPolicy, inspection.toolName)) {
       // Rejected before forwarding; not recorded in the proof (SPEC item 9).
+      hold.release();
       rt.refuse({ host: target.host, port: target.port, reason: 'mcp_tool_denied' });
       const text = denialBody(inspection.id, inspection.toolName);
       res.writeHead(200, {
@@ -175,7 +227,7 @@ export function forward(
       res.end(text);
       return;
     }
-    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, body, null, inspection);
+    send(rt, req, res, target, pathAndQuery, started, body, null, inspection, hold);
   });
 }
 
@@ -194,9 +246,13 @@ function send(
   s: Started,
   prefix: Buffer,
   rest: IncomingMessage | null,
-  inspection: Inspection,
+  inspection: Inspection | { kind: 'deferred' },
+  heldPrefix: BudgetHold | null,
 ): void {
   const L = rt.limits;
+  // Bytes held for this exchange: the inspected prefix (until written), copies (until classified or finished).
+  const hold = heldPrefix ?? rt.hold();
+  const prefixHeld = hold.held;
   const method = (req.method ?? 'GET').toUpperCase();
   const headers = endToEnd(req.headers);
   headers.host = hostHeader(target);
@@ -221,9 +277,13 @@ function send(
   let streamed = false;
   let merkle: SegmentedStream | null = null;
   let chunker: StreamChunker | null = null;
-  const mcp = inspection.kind === 'tools_call' ? inspection : null;
+  let mcp = inspection.kind === 'tools_call' ? inspection : null;
   let mcpChunks: Buffer[] | null = mcp ? [] : null;
   let mcpBytes = 0;
+  // "deferred" (no tool policy): a copy of a "{" body, bounded like an inspected one, classified at its end.
+  let copy: Buffer[] | null = inspection.kind === 'deferred' ? [] : null;
+  let copyStarted = false;
+  let resultMissed = false;
   let respContentType: string | undefined;
   let done = false;
   let secure = false;
@@ -269,6 +329,8 @@ function send(
   const finish = (outcome: EgressOutcome) => {
     if (done) return;
     done = true;
+    copy = null;
+    hold.release();
     rt.inFlight.delete(stopNow);
     for (const t of timers) clearTimeout(t);
     const duration = Math.max(0, Math.round((rt.clock.monoMs() - s.t0) * 1000) / 1000);
@@ -313,7 +375,7 @@ function send(
       const r =
         status === null
           ? { outcome: 'http_error' as const, hash: null }
-          : outcome !== 'completed'
+          : outcome !== 'completed' || resultMissed
             ? { outcome: 'no_result' as const, hash: null }
             : mcpResult(status, respContentType, mcpChunks ? Buffer.concat(mcpChunks) : null, mcp.id);
       rt.emit({
@@ -438,8 +500,11 @@ function send(
       chunker?.write(c);
       if (mcpChunks) {
         mcpBytes += c.length;
-        if (mcpBytes > L.maxMcpResultBytes) mcpChunks = null;
-        else mcpChunks.push(c);
+        // Past its own bound or the inspection budget the copy is dropped: outcome result_too_large.
+        if (mcpBytes > L.maxMcpResultBytes || !hold.take(c.length)) {
+          hold.give(mcpBytes - c.length);
+          mcpChunks = null;
+        } else mcpChunks.push(c);
       }
       if (!res.write(c)) ures.pause();
     });
@@ -462,7 +527,38 @@ function send(
     }
   });
 
-  ureq.write(prefix);
+  const encoding = one(req.headers['content-encoding']);
+  const keepCopy = (c: Buffer): void => {
+    if (!copy) return;
+    if (!copyStarted) {
+      const i = c.findIndex((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
+      if (i < 0) return;
+      copyStarted = true;
+      if (c[i] !== 0x7b) {
+        copy = null; // not a single JSON-RPC object: nothing to identify
+        return;
+      }
+    }
+    if (reqBytes > L.maxInspectBytes || !hold.take(c.length)) {
+      // Too large or over budget: forwarded all the same (no policy), just not identified as a tool call.
+      hold.give(hold.held - prefixHeld);
+      copy = null;
+      return;
+    }
+    copy.push(c);
+  };
+  const classifyCopy = (): void => {
+    if (!copy || !copyStarted) return;
+    const found = inspectBody(Buffer.concat(copy), encoding);
+    copy = null;
+    hold.give(hold.held - prefixHeld);
+    if (found.kind !== 'tools_call') return;
+    mcp = found;
+    // The response began before the request ended (rare): its start was not kept.
+    if (status === null) mcpChunks = [];
+    else resultMissed = true;
+  };
+  ureq.write(prefix, () => hold.give(prefixHeld));
   if (rest === null) {
     ureq.end();
     return;
@@ -470,9 +566,13 @@ function send(
   rest.on('data', (c: Buffer) => {
     reqHash.update(c);
     reqBytes += c.length;
+    keepCopy(c);
     if (!ureq.write(c)) rest.pause();
   });
   ureq.on('drain', () => rest.resume());
-  rest.on('end', () => ureq.end());
+  rest.on('end', () => {
+    classifyCopy();
+    ureq.end();
+  });
   rest.resume();
 }

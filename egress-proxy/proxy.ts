@@ -9,6 +9,7 @@ import { TLSSocket } from 'node:tls';
 import { admit, splitAuthority } from './admission.js';
 import { formatIp, parseIp } from './address.js';
 import { compilePolicy } from './allowlist.js';
+import { BudgetHold, ByteBudget } from './budget.js';
 import { CapsuleCa, type KeyDestructionEvidence } from './ca.js';
 import { systemClock, systemResolver, validateConfig, type EgressProxyConfig } from './config.js';
 import { EventQueue } from './event-queue.js';
@@ -26,6 +27,8 @@ export interface EgressProxy {
   readonly droppedCallbackErrors: number;
   /** Events handed to onEvent whose promise has not settled yet (at most limits.maxQueuedEvents). */
   readonly queuedEvents: number;
+  /** Bytes this capsule's exchanges hold now for inspection (at most limits.inspectBudgetBytes). */
+  readonly inspectBytesHeld: number;
   /** Closes the listeners and every connection, then destroys the CA and leaf keys. Idempotent. */
   stop(): Promise<KeyDestructionEvidence>;
 }
@@ -80,6 +83,10 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
   let exchanges = 0;
   let callbackErrors = 0;
   let stopping = false;
+  const budgets = [
+    new ByteBudget(limits.inspectBudgetBytes),
+    ...(config.processInspectBudget ? [config.processInspectBudget] : []),
+  ];
   const queue = new EventQueue(limits.maxQueuedEvents, config.onEvent, () => clock.nowIso());
   const rt: Runtime = {
     mcpPolicy: config.mcpPolicy,
@@ -96,6 +103,7 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
       }
     },
     nextExchange: () => ++exchanges,
+    hold: () => new BudgetHold(budgets),
     inFlight: new Set(),
   };
 
@@ -270,6 +278,9 @@ export async function startEgressProxy(config: EgressProxyConfig): Promise<Egres
       },
       get queuedEvents() {
         return queue.pending;
+      },
+      get inspectBytesHeld() {
+        return budgets[0]!.used;
       },
       stop() {
         stopped ??= (async () => {
