@@ -18,6 +18,7 @@ import { asSha512, canonicalRequest, requestCanonicalHash, sha512JcsOrNull } fro
 import { denialBody, inspectBody, toolAllowed, type Inspection } from './mcp-policy.js';
 import { mcpResult } from './mcp-result.js';
 import type { BudgetHold } from './budget.js';
+import { refuse } from './refusals.js';
 import { SegmentedStream, type Segment } from './segments.js';
 import { StreamChunker } from './sse.js';
 import { classifyUpstreamError, tlsMetadata } from './upstream.js';
@@ -58,27 +59,6 @@ const one = (v: string | string[] | undefined): string | undefined => (Array.isA
 export function hostHeader(t: Target): string {
   const h = t.host.includes(':') ? `[${t.host}]` : t.host;
   return t.port === (t.scheme === 'https' ? 443 : 80) ? h : `${h}:${t.port}`;
-}
-
-/** Plain-text error to the capsule; after headers went out the only signal left is cutting the connection. */
-export function sendError(
-  res: ServerResponse,
-  status: number,
-  code: string,
-  message: string,
-  extra: OutgoingHttpHeaders = {},
-): void {
-  if (res.headersSent) {
-    res.destroy();
-    return;
-  }
-  res.writeHead(status, {
-    'content-type': 'text/plain; charset=utf-8',
-    'x-capsule-egress-error': code,
-    connection: 'close',
-    ...extra,
-  });
-  res.end(`capsule egress: ${message}\n`);
 }
 
 /** Bytes of a refused body read and thrown away before the connection is cut. */
@@ -157,7 +137,6 @@ export function forward(
     send(rt, req, res, target, pathAndQuery, started, Buffer.concat(chunks), req, inspection, hold);
   };
   const refuseBody = (
-    status: 413 | 429,
     reason: 'body_too_large_for_inspection' | 'inspection_budget_exhausted',
     message: string,
     extra: OutgoingHttpHeaders = {},
@@ -168,7 +147,7 @@ export function forward(
     hold.release();
     rt.refuse({ host: target.host, port: target.port, reason });
     // Kept alive: the client may still be sending; closing now would reset the connection and lose the answer.
-    sendError(res, status, reason, message, { connection: 'keep-alive', ...extra });
+    refuse(res, reason, message, { connection: 'keep-alive', ...extra });
     discardRest(req);
   };
   const onData = (c: Buffer) => {
@@ -194,7 +173,6 @@ export function forward(
     if (size > rt.limits.maxInspectBytes) {
       // Fail closed: an oversize tools/call would otherwise pass unchecked.
       refuseBody(
-        413,
         'body_too_large_for_inspection',
         `request body over ${rt.limits.maxInspectBytes} bytes cannot be checked against mcp_policy`,
       );
@@ -202,7 +180,6 @@ export function forward(
     }
     if (!hold.take(c.length)) {
       refuseBody(
-        429,
         'inspection_budget_exhausted',
         'too many request bodies held for mcp_policy inspection at once; retry later',
         { 'retry-after': String(rt.limits.inspectRetryAfterS) },
@@ -318,11 +295,11 @@ function send(
     );
     timers.push(headersTimer);
   });
-  timers.push(setTimeout(() => abort('upstream_timeout', 504, 'exchange exceeded its time bound'), L.maxExchangeMs));
+  timers.push(setTimeout(() => abort('upstream_timeout', 'exchange exceeded its time bound'), L.maxExchangeMs));
 
   const stopNow = () => {
     ureq.destroy();
-    sendError(res, 502, 'proxy_stopped', 'capsule egress stopped');
+    refuse(res, 'proxy_stopped', 'capsule egress stopped');
     finish('proxy_stopped');
   };
   rt.inFlight.add(stopNow);
@@ -405,10 +382,10 @@ function send(
     });
   }
 
-  function abort(outcome: EgressOutcome, code: 502 | 504, message: string, errCode = outcome): void {
+  function abort(outcome: Exclude<EgressOutcome, 'completed' | 'client_aborted'>, message: string): void {
     if (done) return;
     ureq.destroy();
-    sendError(res, code, errCode, message);
+    refuse(res, outcome, message);
     finish(outcome);
   }
 
@@ -429,7 +406,7 @@ function send(
   ureq.on('error', (err: NodeJS.ErrnoException) => {
     if (done) return;
     if (status !== null) {
-      abort('upstream_unreachable', 502, 'upstream connection failed mid-response');
+      abort('upstream_unreachable', 'upstream connection failed mid-response');
       return;
     }
     let c = classifyUpstreamError(err);
@@ -438,7 +415,7 @@ function send(
     }
     if (c.outcome === 'upstream_tls_failed')
       tls = { version: null, cipher: null, peer_certificate_sha256: null, validation: `failed:${c.code}` };
-    abort(c.outcome, c.status, `${c.outcome.replace(/_/g, ' ')} (${c.code})`);
+    abort(c.outcome, `${c.outcome.replace(/_/g, ' ')} (${c.code})`);
   });
 
   ureq.on('response', (ures: IncomingMessage) => {
@@ -452,7 +429,7 @@ function send(
     const code = ures.statusCode;
     if (code === undefined || code < 100 || code > 999) {
       ures.destroy();
-      abort('upstream_unreachable', 502, `upstream sent an invalid status (${String(code)})`);
+      abort('upstream_unreachable', `upstream sent an invalid status (${String(code)})`);
       return;
     }
     status = code;
@@ -462,7 +439,7 @@ function send(
     const declared = Number(ures.headers['content-length'] ?? NaN);
     if (method !== 'HEAD' && Number.isFinite(declared) && declared > L.maxResponseBytes) {
       ures.destroy();
-      abort('response_too_large', 502, `upstream response of ${declared} bytes exceeds ${L.maxResponseBytes}`);
+      abort('response_too_large', `upstream response of ${declared} bytes exceeds ${L.maxResponseBytes}`);
       return;
     }
     const sse = respContentType?.toLowerCase().includes('text/event-stream') ?? false;
@@ -493,7 +470,7 @@ function send(
       respBytes += c.length;
       if (respBytes > L.maxResponseBytes) {
         ures.destroy();
-        abort('response_too_large', 502, 'response too large');
+        abort('response_too_large', 'response too large');
         return;
       }
       respHash.update(c);
@@ -514,9 +491,9 @@ function send(
       res.end();
       finish('completed');
     });
-    ures.on('error', () => abort('upstream_unreachable', 502, 'upstream connection failed mid-response'));
+    ures.on('error', () => abort('upstream_unreachable', 'upstream connection failed mid-response'));
     ures.on('close', () => {
-      if (!ures.complete) abort('upstream_unreachable', 502, 'upstream closed mid-response');
+      if (!ures.complete) abort('upstream_unreachable', 'upstream closed mid-response');
     });
   });
 
