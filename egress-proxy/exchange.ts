@@ -14,12 +14,13 @@ import { request as httpsRequest } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import type { EgressOutcome, TlsMetadata } from './events.js';
 import type { Runtime, Target } from './runtime.js';
-import { asSha512, canonicalRequest, requestCanonicalHash, sha512JcsOrNull } from './hashing.js';
+import { asSha512 } from './hashing.js';
 import { denialBody, inspectBody, toolAllowed, type Inspection } from './mcp-policy.js';
 import { mcpResult } from './mcp-result.js';
 import type { BudgetHold } from './budget.js';
 import { refuse } from './refusals.js';
 import { SegmentedStream, type Segment } from './segments.js';
+import { exchangeEvents, segmentEvent, type ExchangeRecord } from './exchange-events.js';
 import { StreamChunker } from './sse.js';
 import { classifyUpstreamError, tlsMetadata } from './upstream.js';
 
@@ -311,75 +312,48 @@ function send(
     rt.inFlight.delete(stopNow);
     for (const t of timers) clearTimeout(t);
     const duration = Math.max(0, Math.round((rt.clock.monoMs() - s.t0) * 1000) / 1000);
-    const bodyHash = asSha512(reqHash.digest());
+    let stream: ExchangeRecord['stream'] = null;
     if (chunker && merkle) {
       chunker.end();
       const last = merkle.end();
       if (last) emitSegment(last);
-      rt.emit({
-        type: 'StreamingEgressCompleted',
-        at: rt.clock.nowIso(),
-        exchange: s.exchange,
-        chunks: merkle.chunks,
-        segments: merkle.segments,
-        total_bytes: respBytes,
-        merkle_root: asSha512(merkle.root()),
-        outcome,
-      });
+      stream = { chunks: merkle.chunks, segments: merkle.segments, root: merkle.root() };
     }
-    rt.emit({
-      type: 'SealedHttpRequest',
-      at: s.startedAt,
+    const record: ExchangeRecord = {
       exchange: s.exchange,
+      startedAt: s.startedAt,
+      endedAt: rt.clock.nowIso(),
       method,
-      scheme: target.scheme,
-      host: target.host,
-      port: target.port,
-      request_canonical_hash: requestCanonicalHash(
-        canonicalRequest(method, target.scheme, target.host, target.port, pathAndQuery, req.headers, bodyHash),
-      ),
-      request_body_hash: bodyHash,
-      request_body_bytes: reqBytes,
+      target,
+      pathAndQuery,
+      requestHeaders: req.headers,
+      requestBodyHash: asSha512(reqHash.digest()),
+      requestBodyBytes: reqBytes,
       status,
-      response_body_hash: status === null ? null : asSha512(respHash.digest()),
-      response_body_bytes: respBytes,
+      responseBodyHash: status === null ? null : asSha512(respHash.digest()),
+      responseBodyBytes: respBytes,
       streamed,
       tls,
-      duration_ms: duration,
+      durationMs: duration,
       outcome,
-    });
-    if (mcp) {
-      const r =
-        status === null
-          ? { outcome: 'http_error' as const, hash: null }
-          : outcome !== 'completed' || resultMissed
-            ? { outcome: 'no_result' as const, hash: null }
-            : mcpResult(status, respContentType, mcpChunks ? Buffer.concat(mcpChunks) : null, mcp.id);
-      rt.emit({
-        type: 'McpToolInvoked',
-        at: s.startedAt,
-        exchange: s.exchange,
-        tool_name: mcp.toolName,
-        tool_args_hash: sha512JcsOrNull(mcp.args),
-        tool_result_hash: r.hash,
-        duration_ms: duration,
-        outcome: r.outcome,
-        client_session_id: one(req.headers['mcp-session-id']) ?? null,
-      });
-    }
+      stream,
+      tool: mcp
+        ? {
+            call: mcp,
+            result:
+              status === null
+                ? { outcome: 'http_error', hash: null }
+                : outcome !== 'completed' || resultMissed
+                  ? { outcome: 'no_result', hash: null }
+                  : mcpResult(status, respContentType, mcpChunks ? Buffer.concat(mcpChunks) : null, mcp.id),
+          }
+        : null,
+    };
+    for (const e of exchangeEvents(record)) rt.emit(e);
   };
 
   function emitSegment(g: Segment): void {
-    rt.emit({
-      type: 'StreamingEgressChunk',
-      at: rt.clock.nowIso(),
-      exchange: s.exchange,
-      index: g.index,
-      first_chunk: g.firstChunk,
-      chunks: g.chunks,
-      bytes: g.bytes,
-      segment_root: asSha512(g.root),
-    });
+    rt.emit(segmentEvent(s.exchange, rt.clock.nowIso(), g));
   }
 
   function abort(outcome: Exclude<EgressOutcome, 'completed' | 'client_aborted'>, message: string): void {
