@@ -78,6 +78,7 @@ export async function startControlPlane(
   const egress = new ProxyEgress({
     socketDir: config.egressSocketDir,
     extraCaPem: config.egressExtraCaPem,
+    budgets: config.egressBudgets,
     random,
     ...opts.egress,
     // Refusals carry host, port and reason only (no customer bytes).
