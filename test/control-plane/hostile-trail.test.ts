@@ -46,7 +46,7 @@ for (const driver of DRIVERS) {
     t.equal(loud.body.exit_code, 0);
     t.equal(loud.body.stdout_truncated, true, 'the cut is flagged');
     t.ok(loud.body.stdout.length > 100_000, `a large prefix is returned (${loud.body.stdout.length} chars)`);
-    t.match(loud.body.stdout, /^\x01+$/, 'only what the command printed');
+    t.equal(loud.body.stdout, '\x01'.repeat(loud.body.stdout.length), 'only what the command printed');
     const side = await api.req('GET', `/v1/capsules/${c.id}/output/side`, { key: u.key });
     t.equal(side.text, 'ran\n', 'its side effect exists');
 
