@@ -19,7 +19,7 @@ export interface MasterKeyConfig {
   generateIfMissing: boolean;
 }
 
-/** Default cap of one capsule's activity trail (docs/OPERATIONS.md): bounds its proof's size and build memory. */
+/** Default cap of one capsule's activity trail (docs/CONTROL_PLANE.md): bounds its proof's size and build memory. */
 export const DEFAULT_MAX_ACTIVITY_EVENTS = 10_000;
 
 export interface Config {

@@ -73,6 +73,9 @@ export async function foldTrail(d: Deps, capsuleId: string, inline: number): Pro
     }
     if (page.length < ACTIVITY_PAGE) break;
     after = page[page.length - 1]!.seq;
+    // The SQLite driver answers synchronously: without a macrotask turn here a long fold
+    // would hold the event loop (other tenants' requests) until the whole trail is read.
+    await new Promise<void>((r) => setImmediate(r));
   }
   return {
     root: 'sha512:' + toHex(acc.root()),

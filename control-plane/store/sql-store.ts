@@ -427,10 +427,11 @@ export class SqlStore implements Store {
   }
 
   async activityPage(capsuleId: string, afterSeq: number, limit: number): Promise<ActivityEvent[]> {
-    const rows = await this.em().find(
-      ActivityEntity,
-      { capsule_id: capsuleId, seq: { $gt: afterSeq } },
-      { orderBy: { seq: 'asc' }, limit },
+    // Raw rows: no entity hydration or identity map for what may be a very long trail.
+    const rows = await all<{ seq: unknown; type: string; at: string; fields: string }>(
+      this.em(),
+      'select "seq", "type", "at", "fields" from "activity_events" where "capsule_id" = ? and "seq" > ? order by "seq" limit ?',
+      [capsuleId, afterSeq, limit],
     );
     return rows.map((r) => ({
       seq: num(r.seq),
