@@ -2,7 +2,13 @@
 // output. Every step that touches customer data records its activity event
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
-import { RunnerError, type ExecRequest, type ExecResult, type FileEntry } from '../../shared/runner-protocol.js';
+import {
+  RunnerError,
+  type ExecRequest,
+  type ExecResult,
+  type FileEntry,
+  type ListedFile,
+} from '../../shared/runner-protocol.js';
 import type {
   ApiForm,
   Caller,
@@ -425,7 +431,7 @@ export class CapsuleService {
     return entry;
   }
 
-  async listOutput(caller: Caller, id: string): Promise<FileEntry[]> {
+  async listOutput(caller: Caller, id: string): Promise<ListedFile[]> {
     const c = await this.ownedLive(caller, id);
     try {
       return await this.d.runner.listOutput(c.id);
