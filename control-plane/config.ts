@@ -19,6 +19,9 @@ export interface MasterKeyConfig {
   generateIfMissing: boolean;
 }
 
+/** Default cap of one capsule's activity trail (docs/CONTROL_PLANE.md): bounds its proof's size and build memory. */
+export const DEFAULT_MAX_ACTIVITY_EVENTS = 10_000;
+
 export interface Config {
   host: string;
   port: number;
@@ -34,6 +37,8 @@ export interface Config {
   /** Per-IP and per-customer limits; only benchmarks turn them off. */
   rateLimits: boolean;
   sweepIntervalMs: number;
+  /** Events one capsule's activity trail may hold (CAPSULE_MAX_ACTIVITY_EVENTS); past it events are counted, not stored. */
+  maxActivityEvents: number;
   /** Install-wide ceiling on one upload body over every tier's `upload_max_bytes`; null = the tier values alone. */
   uploadMaxBytes: number | null;
   /** Bounds of the HTTP listener (hostile clients: connection floods, slow clients, oversized bodies). */
@@ -402,6 +407,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
   if (!Number.isFinite(sweep) || sweep < 50) throw new ConfigError('CAPSULE_SWEEP_INTERVAL_MS: at least 50');
+  const maxActivity = Number(env.CAPSULE_MAX_ACTIVITY_EVENTS ?? DEFAULT_MAX_ACTIVITY_EVENTS);
+  if (!Number.isSafeInteger(maxActivity) || maxActivity < 10 || maxActivity > 10_000_000)
+    throw new ConfigError('CAPSULE_MAX_ACTIVITY_EVENTS: an integer in 10..10000000');
   const upload = env.CAPSULE_UPLOAD_MAX_BYTES ? Number(env.CAPSULE_UPLOAD_MAX_BYTES) : null;
   if (upload !== null && (!Number.isSafeInteger(upload) || upload < 1))
     throw new ConfigError('CAPSULE_UPLOAD_MAX_BYTES: a positive integer');
@@ -416,6 +424,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     region: env.CAPSULE_REGION ?? 'local',
     rateLimits: bool(env.CAPSULE_RATE_LIMITS, true),
     sweepIntervalMs: sweep,
+    maxActivityEvents: maxActivity,
     uploadMaxBytes: upload,
     http: httpLimits(env),
     paidTiers: paid,

@@ -114,6 +114,7 @@ export async function startControlPlane(
     tiers: new TierTable(config.paidTiers, config.uploadMaxBytes),
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile),
     region: config.region,
+    maxActivityEvents: config.maxActivityEvents,
     log: logger,
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };

@@ -34,6 +34,8 @@ import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { FileWorkers } from './offloop.js';
 import { wipeAndZeroize } from './wipe.js';
+import { fitJson } from './output-fit.js';
+import { DEFAULT_FRAME_LIMITS } from '../shared/node/framing.js';
 import {
   attachEgress,
   caBundle,
@@ -404,11 +406,15 @@ export class CapsuleManager {
           },
         });
         c.execCount++; // counted once it ran: evidence step 1 reports this number
+        // Each stream gets half the frame header, less room for the other members.
+        const room = Math.floor((DEFAULT_FRAME_LIMITS.maxHeaderBytes - 64 * 1024) / 2);
+        const out = fitJson(r.stdout, room);
+        const err = fitJson(r.stderr, room);
         return {
-          stdout: r.stdout,
-          stderr: r.stderr,
-          stdout_truncated: r.stdout_truncated,
-          stderr_truncated: r.stderr_truncated,
+          stdout: out.text,
+          stderr: err.text,
+          stdout_truncated: r.stdout_truncated || out.cut,
+          stderr_truncated: r.stderr_truncated || err.cut,
           exit_code: r.exit_code,
           duration_ms: r.duration_ms,
           executed_at: executedAt,

@@ -77,6 +77,18 @@ export interface ActivitySide {
   move?: { from: readonly CapsuleStatus[]; to: CapsuleStatus };
   /** Usage item of a billable event (exec completed, egress request), written with the event. */
   usage?: UsageEntry;
+  /**
+   * The capsule's trail cap: when `activity_seq` has reached it the event is
+   * not stored but counted as dropped (the other side effects still apply).
+   * Absent: the event is always stored (execution completions, destruction).
+   */
+  cap?: number;
+}
+
+/** What a capsule's cap refused so far. */
+export interface ActivityDrops {
+  dropped_events: number;
+  first_dropped_type: string | null;
 }
 
 export interface CapsulePage {
@@ -147,7 +159,10 @@ export interface Store {
     at: string,
     fields: Record<string, unknown>,
     side?: ActivitySide,
-  ): Promise<ActivityEvent>;
+  ): Promise<ActivityEvent | null>;
+  /** Events after `afterSeq` in order, at most `limit` (trails are read in pages, never whole). */
+  activityPage(capsuleId: string, afterSeq: number, limit: number): Promise<ActivityEvent[]>;
+  activityDrops(capsuleId: string): Promise<ActivityDrops>;
   activity(capsuleId: string): Promise<ActivityEvent[]>;
 
   // Proofs and keys

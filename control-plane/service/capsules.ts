@@ -2,7 +2,13 @@
 // output. Every step that touches customer data records its activity event
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
-import type { ExecRequest, ExecResult, FileEntry, ListedFile } from '../../shared/runner-protocol.js';
+import {
+  RunnerError,
+  type ExecRequest,
+  type ExecResult,
+  type FileEntry,
+  type ListedFile,
+} from '../../shared/runner-protocol.js';
 import type {
   ApiForm,
   Caller,
@@ -18,6 +24,7 @@ import { cycleStart, isoMicros } from './clock.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 import { usageEntry } from './usage.js';
+import { activityCap } from './activity.js';
 import { fromRunner } from './runner-errors.js';
 import type { RecoveryGate } from './recovery.js';
 import { notFound as capsulefileNotFound, unmetPackagesWhy, type CapsulefileService } from './capsulefiles.js';
@@ -59,7 +66,14 @@ export class LiveState {
   }
 }
 
+/** Runner refusals that happen before the command starts (nothing ran). */
+const REFUSED_BEFORE_RUN: ReadonlySet<string> = new Set(['invalid', 'not_found', 'busy', 'no_space', 'too_large']);
+
 export class CapsuleService {
+  private get cap(): number {
+    return activityCap(this.d);
+  }
+
   constructor(
     private readonly d: Deps,
     private readonly live: LiveState,
@@ -80,8 +94,9 @@ export class CapsuleService {
 
   /** A capsule an operation needs alive: destroyed or expiring ones give 410. */
   async ownedLive(caller: Caller, id: string, form?: ApiForm): Promise<Capsule> {
-    const c = await this.owned(caller, id, form);
+    // Reconcile first: a recovery pass may just have ended this capsule (read its row after it).
     await this.gate.ensure();
+    const c = await this.owned(caller, id, form);
     if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id)) {
       throw new ApiError(
         'capsule_expired',
@@ -308,7 +323,7 @@ export class CapsuleService {
     let settled = false;
     try {
       // The trail binds what ran without carrying the command text or input bytes.
-      await this.d.store.appendActivity(
+      const started = await this.d.store.appendActivity(
         c.id,
         'ExecutionStarted',
         this.d.clock.nowIso(),
@@ -317,8 +332,10 @@ export class CapsuleService {
           input_size_bytes: inputBytes,
           timeout_seconds: timeoutS,
         },
-        first ? { move: { from: ['active'], to: 'executing' } } : {},
+        { cap: this.cap, ...(first ? { move: { from: ['active'], to: 'executing' } } : {}) },
       );
+      // A recorded start always gets its completion (past the cap too); a dropped one is counted only.
+      const closing = started !== null ? {} : { cap: this.cap };
       const execReq = {
         capsule_id: c.id,
         command: req.command,
@@ -330,6 +347,24 @@ export class CapsuleService {
       try {
         result = await this.d.runner.exec(execReq);
       } catch (e) {
+        // The runner answered but the result is lost (e.g. refused as too large): the trail still
+        // closes the exec and counts it when it may have run. A runner gone mid-exec ('unavailable')
+        // leaves it open on purpose: the partial proof states the command was running, not completed.
+        const runnerLost = e instanceof RunnerError && e.code === 'unavailable';
+        if (!this.live.destroying.has(c.id) && !runnerLost) {
+          const code = e instanceof RunnerError ? e.code : 'internal';
+          const mayHaveRun =
+            !(e instanceof RunnerError) || !REFUSED_BEFORE_RUN.has(e.code) || /^frame /.test(e.message);
+          await this.d.store
+            .appendActivity(
+              c.id,
+              'ExecutionFailed',
+              this.d.clock.nowIso(),
+              { error: code },
+              { ...closing, executions: mayHaveRun ? 1 : 0, bytes: mayHaveRun ? inputBytes : 0 },
+            )
+            .catch((err: unknown) => this.d.log.error({ capsule_id: c.id, err }, 'exec: failure event not recorded'));
+        }
         throw fromRunner(e, 'capsule');
       }
       // Egress events of this exec land in the trail before its completion event.
@@ -339,6 +374,7 @@ export class CapsuleService {
       const completedAt = this.d.clock.nowIso();
       const usage = usageEntry(this.d, 'exec', Math.max(0, Math.round(result.duration_ms)), completedAt);
       const side = {
+        ...closing,
         executions: 1,
         bytes: inputBytes,
         usage,
@@ -351,6 +387,9 @@ export class CapsuleService {
           timed_out: result.timed_out,
           stdout_hash: sha512Prefixed(result.stdout),
           stderr_hash: sha512Prefixed(result.stderr),
+          // The hashes are over the output as returned; a cut stream says so.
+          ...(result.stdout_truncated ? { stdout_truncated: true } : {}),
+          ...(result.stderr_truncated ? { stderr_truncated: true } : {}),
         };
         await this.d.store.appendActivity(
           c.id,
@@ -387,7 +426,7 @@ export class CapsuleService {
         size_bytes: entry.size_bytes,
         direction: 'inbound',
       },
-      { bytes: entry.size_bytes },
+      { bytes: entry.size_bytes, cap: this.cap },
     );
     return entry;
   }
@@ -418,7 +457,7 @@ export class CapsuleService {
         size_bytes: out.entry.size_bytes,
         direction: 'outbound',
       },
-      { bytes: out.entry.size_bytes },
+      { bytes: out.entry.size_bytes, cap: this.cap },
     );
     return out;
   }

@@ -62,6 +62,8 @@ export interface Deps {
   tiers: TierTable;
   regulatory: RegulatoryMapping;
   region: string;
+  /** Cap of one capsule's activity trail (default 10,000): past it events are counted as dropped, not stored. */
+  maxActivityEvents?: number;
   log: Log;
   /** Hash/verify provider for proof verification (default: the library's isomorphic one). */
   proofCrypto?: CryptoProvider;

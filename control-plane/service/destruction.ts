@@ -9,12 +9,14 @@ import {
   generateEphemeralKey,
   incompleteSteps,
   toAuditProof,
+  type ActivityEvent,
   type AuditRecord,
   type CapsuleContext,
   type EphemeralKey,
   type Termination,
 } from '../../shared/proof/index.js';
-import { RunnerError, type DestroyResult } from '../../shared/runner-protocol.js';
+import { RunnerError, type DestroyResult, type LostCapsule } from '../../shared/runner-protocol.js';
+import { ACTIVITY_PAGE, foldTrail, inlineBound, recordTruncation, type FoldedTrail } from './activity.js';
 import type { Capsule, CapsuleStatus, KeyRecord } from '../domain/index.js';
 import { LIVE_STATUSES } from '../domain/index.js';
 import type { LiveState } from './capsules.js';
@@ -77,6 +79,7 @@ export class DestructionService {
     try {
       const commandRunning = this.live.isRunning(c.id);
       const egressEvidence = await this.stopEgress(c);
+      await recordTruncation(this.d, c.id);
       await this.d.store.appendActivity(c.id, 'DestructionInitiated', this.d.clock.nowIso(), { trigger });
       let result: DestroyResult;
       try {
@@ -95,17 +98,17 @@ export class DestructionService {
       }
       const status: CapsuleStatus = trigger === 'ttl_expired' ? 'expired' : 'destroyed';
       const destroyedAt = TIMESTAMP_RE.test(result.destroyed_at) ? result.destroyed_at : this.d.clock.nowIso();
-      const activity = await this.d.store.activity(c.id);
-      const last = activity[activity.length - 1];
+      const trail = await foldTrail(this.d, c.id, inlineBound(this.d));
       // Step 7 is the control plane's: the trail it sealed, as counted.
       const evidence = Array.from({ length: 8 }, (_, i) => result.evidence[i] ?? {});
       // Step 4 (key destruction): the runner's capsule key plus the egress proxy's CA and leaf keys.
       if (egressEvidence) evidence[3] = { ...(evidence[3] ?? {}), egress_proxy: egressEvidence };
       evidence[6] = {
-        activity_events: activity.length,
-        first_seq: activity[0]?.seq ?? null,
-        last_seq: last?.seq ?? null,
-        last_event_type: last?.type ?? null,
+        activity_events: trail.count,
+        first_seq: trail.first_seq,
+        last_seq: trail.last?.seq ?? null,
+        last_event_type: trail.last?.type ?? null,
+        ...(trail.events === null ? { activity_inline: false } : {}),
       };
       const termination: Termination = {
         trigger,
@@ -124,7 +127,7 @@ export class DestructionService {
             created_at: c.created_at,
             destroyed_at: destroyedAt,
             evidence,
-            activity,
+            ...trailInput(trail),
             capsule_context: capsuleContext(c),
             termination,
             regulatory_context: regulatory,
@@ -173,7 +176,7 @@ export class DestructionService {
   }
 
   /** Marks a capsule whose runner state is gone `expired_unclean` with a signed partial proof. */
-  async partial(c: Capsule, reason: string): Promise<void> {
+  async partial(c: Capsule, reason: string, lost?: LostCapsule): Promise<void> {
     // A partial proof has no step evidence: the proxy's key destruction is logged only.
     const egressEvidence = await this.egress.stop(c.id).catch(() => null);
     if (egressEvidence)
@@ -189,7 +192,18 @@ export class DestructionService {
       await this.d.store.releaseLive(c.customer_id);
       return;
     }
-    const activity = await this.d.store.activity(c.id);
+    // The runner's recovery wipe, as it measured it, goes into the trail (signed through the root) and the evidence.
+    const recoveryWipe = lost ? { recovered_at: lost.recovered_at, wipe: lost.wipe } : null;
+    if (recoveryWipe && !(await this.hasRecoveryEvent(c.id)))
+      await this.d.store.appendActivity(c.id, 'RunnerRecoveryWipe', this.d.clock.nowIso(), {
+        recovered_at: recoveryWipe.recovered_at,
+        wipe_measured: recoveryWipe.wipe !== null,
+        ...(recoveryWipe.wipe ? { wipe: recoveryWipe.wipe } : {}),
+      });
+    const trail = await foldTrail(this.d, c.id, inlineBound(this.d));
+    // A command was in flight when the state was lost if the capsule was left `executing`
+    // or the trail holds an ExecutionStarted that never completed.
+    const wasRunning = c.status === 'executing' || trail.open_executions > 0;
     const key = generateEphemeralKey(this.d.random);
     const publicKey = b64(key.publicKey);
     let record: AuditRecord;
@@ -199,13 +213,13 @@ export class DestructionService {
           capsule_id: c.id,
           created_at: c.created_at,
           reason,
-          activity,
+          ...trailInput(trail),
+          ...(recoveryWipe ? { evidence: [{ runner_recovery: recoveryWipe }] } : {}),
           capsule_context: capsuleContext(c),
-          // A capsule left `executing` had a command in flight when its state was lost.
           termination: {
             trigger: 'system_restart',
-            command_was_running: c.status === 'executing',
-            ...(c.status === 'executing' ? { command_completed: false } : {}),
+            command_was_running: wasRunning,
+            ...(wasRunning ? { command_completed: false } : {}),
           },
           internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
         },
@@ -234,6 +248,37 @@ export class DestructionService {
     this.d.log.warn({ capsule_id: c.id, reason }, 'capsule expired unclean');
   }
 
+  /**
+   * Terminal state of a capsule whose proof could not be built after its retry
+   * budget: a partial proof when one can still be made, otherwise
+   * `expired_unclean` with no proof (GET /v1/proofs answers 404) and the error logged.
+   */
+  async abandon(id: string, reason: string): Promise<void> {
+    const c = await this.d.store.getCapsule(id);
+    if (!c || !LIVE_STATUSES.includes(c.status)) return;
+    // Nothing of it may keep running; the runner's wipe happens in its destroy.
+    await this.d.runner.destroy(id).catch(() => undefined);
+    try {
+      await this.partial(c, reason);
+      return;
+    } catch (e) {
+      this.d.log.error({ capsule_id: id, err: e, reason }, 'no proof could be built; capsule ends expired_unclean');
+    }
+    if (await this.d.store.transition(id, LIVE_STATUSES, 'expired_unclean'))
+      await this.d.store.releaseLive(c.customer_id);
+  }
+
+  /** A retried partial proof must not add the recovery wipe twice. */
+  private async hasRecoveryEvent(capsuleId: string): Promise<boolean> {
+    let after = 0;
+    for (;;) {
+      const page = await this.d.store.activityPage(capsuleId, after, ACTIVITY_PAGE);
+      if (page.some((e) => e.type === 'RunnerRecoveryWipe')) return true;
+      if (page.length < ACTIVITY_PAGE) return false;
+      after = page[page.length - 1]!.seq;
+    }
+  }
+
   private keyRecord(keyId: string, publicKey: string): KeyRecord {
     return {
       key_id: keyId,
@@ -244,6 +289,15 @@ export class DestructionService {
       signing_key_version: 1,
     };
   }
+}
+
+/** The emitter's trail members: inline events when the trail is within the bound, the folded root always. */
+function trailInput(trail: FoldedTrail): {
+  activity: ActivityEvent[];
+  activity_root: string;
+  activity_carried: boolean;
+} {
+  return { activity: trail.events ?? [], activity_root: trail.root, activity_carried: trail.events !== null };
 }
 
 /** Belt and braces: emitRecord zeroizes too; a throw before it must not leak. */

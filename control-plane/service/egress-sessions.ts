@@ -6,6 +6,7 @@
 import type { EgressActivity, EgressSpec, RunningEgress } from '../domain/index.js';
 import type { Deps } from './deps.js';
 import { usageEntry } from './usage.js';
+import { activityCap } from './activity.js';
 
 interface Session {
   egress: RunningEgress;
@@ -59,13 +60,10 @@ export class EgressSessions {
         .then(() => ready.promise)
         // Each request through the sealed layer is a billable event: its usage item goes in with its event.
         .then(() =>
-          this.d.store.appendActivity(
-            spec.capsuleId,
-            type,
-            at,
-            fields,
-            type === 'SealedHttpRequest' ? { usage: usageEntry(this.d, 'egress_request', 1, at) } : {},
-          ),
+          this.d.store.appendActivity(spec.capsuleId, type, at, fields, {
+            cap: activityCap(this.d),
+            ...(type === 'SealedHttpRequest' ? { usage: usageEntry(this.d, 'egress_request', 1, at) } : {}),
+          }),
         )
         .then(
           () => {

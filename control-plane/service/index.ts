@@ -13,6 +13,7 @@ import { EgressSessions } from './egress-sessions.js';
 import { ProofService } from './proofs.js';
 import { recover, RecoveryGate } from './recovery.js';
 import { Sweeper } from './sweeper.js';
+import { Retries } from './retries.js';
 
 export type { BillingDeps, Deps, Log } from './deps.js';
 export { ITEM_FIELDS, itemRow, itemView } from './usage.js';
@@ -49,7 +50,8 @@ export function buildServices(d: Deps, sweepIntervalMs: number): Services {
   const egress = new EgressSessions(d);
   const egressProfiles = new EgressProfileService(d);
   const destruction = new DestructionService(d, live, egress);
-  const recovery = new RecoveryGate(() => recover(d, destruction, live.creating), d.log);
+  const retries = new Retries(d.clock);
+  const recovery = new RecoveryGate(() => recover(d, destruction, live.creating, retries), d.log);
   const capsulefiles = new CapsulefileService(d);
   return {
     accounts: new AccountService(d),
@@ -57,7 +59,7 @@ export function buildServices(d: Deps, sweepIntervalMs: number): Services {
     capsulefiles,
     destruction,
     proofs: new ProofService(d),
-    sweeper: new Sweeper(d, destruction, sweepIntervalMs, recovery),
+    sweeper: new Sweeper(d, destruction, sweepIntervalMs, recovery, retries),
     recovery,
     egressProfiles,
     egress,

@@ -126,9 +126,18 @@ export class Migration0011Accounts extends Migration {
   }
 }
 
+export class Migration0005ActivityCap extends Migration {
+  override up(): void {
+    // Events refused once a capsule's trail reached its cap: how many, and the first one's type.
+    this.addSql(`alter table "capsules" add column "activity_dropped" integer not null default 0`);
+    this.addSql(`alter table "capsules" add column "activity_first_dropped" varchar(64) null`);
+  }
+}
+
 export const MIGRATIONS = [
   { name: 'Migration0001Initial', class: Migration0001Initial },
   { name: 'Migration0002Capsulefiles', class: Migration0002Capsulefiles },
   { name: 'Migration0003EgressProfiles', class: Migration0003EgressProfiles },
+  { name: 'Migration0005ActivityCap', class: Migration0005ActivityCap },
   { name: 'Migration0011Accounts', class: Migration0011Accounts },
 ];

@@ -6,6 +6,7 @@ import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ApiError } from '../../shared/errors.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 import type {
+  ActivityDrops,
   ActivitySide,
   Account,
   Caller,
@@ -377,19 +378,33 @@ export class SqlStore implements Store {
     at: string,
     fields: Record<string, unknown>,
     side: ActivitySide = {},
-  ): Promise<ActivityEvent> {
+  ): Promise<ActivityEvent | null> {
     // The seq counter row is locked by the UPDATE until commit: exact order under concurrency.
     return this.em().transactional(async (em) => {
       // UPDATE ... RETURNING (SQLite 3.35+, PostgreSQL): one statement moves and reads the counter.
+      // Under the cap (if any) the counter moves; at the cap the event is counted as dropped instead.
       const rows = await all<{ activity_seq: number; customer_id: string; billable: unknown }>(
         em,
-        'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "activity_seq", "customer_id", "billable"',
-        [side.executions ?? 0, side.bytes ?? 0, capsuleId],
+        'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ?' +
+          (side.cap !== undefined ? ' and "activity_seq" < ?' : '') +
+          ' returning "activity_seq", "customer_id", "billable"',
+        [side.executions ?? 0, side.bytes ?? 0, capsuleId, ...(side.cap !== undefined ? [side.cap] : [])],
       );
-      const row = rows[0];
-      if (rows.length !== 1 || !row) throw new ApiError('resource_not_found', 'capsule not found');
+      let row = rows[0];
+      let stored = true;
+      if (rows.length !== 1 && side.cap !== undefined) {
+        const dropped = await all<{ activity_seq: number; customer_id: string; billable: unknown }>(
+          em,
+          'update "capsules" set "activity_dropped" = "activity_dropped" + 1, "activity_first_dropped" = coalesce("activity_first_dropped", ?), "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "activity_seq", "customer_id", "billable"',
+          [type, side.executions ?? 0, side.bytes ?? 0, capsuleId],
+        );
+        row = dropped[0];
+        stored = false;
+      }
+      if (!row) throw new ApiError('resource_not_found', 'capsule not found');
       const seq = num(row.activity_seq);
-      await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
+      if (stored)
+        await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
       if (side.usage) await insertUsage(em, side.usage, row.customer_id, capsuleId, num(row.billable) === 1);
       if (side.move)
         await em.nativeUpdate(
@@ -397,7 +412,7 @@ export class SqlStore implements Store {
           { id: capsuleId, status: { $in: [...side.move.from] } },
           { status: side.move.to },
         );
-      return { seq, type, at, ...fields };
+      return stored ? { seq, type, at, ...fields } : null;
     });
   }
 
@@ -409,6 +424,31 @@ export class SqlStore implements Store {
       at: r.at,
       ...(JSON.parse(r.fields) as Record<string, unknown>),
     }));
+  }
+
+  async activityPage(capsuleId: string, afterSeq: number, limit: number): Promise<ActivityEvent[]> {
+    // Raw rows: no entity hydration or identity map for what may be a very long trail.
+    const rows = await all<{ seq: unknown; type: string; at: string; fields: string }>(
+      this.em(),
+      'select "seq", "type", "at", "fields" from "activity_events" where "capsule_id" = ? and "seq" > ? order by "seq" limit ?',
+      [capsuleId, afterSeq, limit],
+    );
+    return rows.map((r) => ({
+      seq: num(r.seq),
+      type: r.type,
+      at: r.at,
+      ...(JSON.parse(r.fields) as Record<string, unknown>),
+    }));
+  }
+
+  async activityDrops(capsuleId: string): Promise<ActivityDrops> {
+    const rows = await all<{ activity_dropped: unknown; activity_first_dropped: string | null }>(
+      this.em(),
+      'select "activity_dropped", "activity_first_dropped" from "capsules" where "id" = ?',
+      [capsuleId],
+    );
+    const r = rows[0];
+    return { dropped_events: r ? num(r.activity_dropped) : 0, first_dropped_type: r?.activity_first_dropped ?? null };
   }
 
   // ---- proofs and keys

@@ -152,7 +152,7 @@ async function conformance(t: Test, store: Store): Promise<void> {
       ),
     );
     t.same(
-      events.map((e) => e.seq).sort((x, y) => x - y),
+      events.map((e) => e!.seq).sort((x, y) => x - y),
       Array.from({ length: 10 }, (_, i) => i + 2),
     );
     const trail = await store.activity(c.id);
@@ -167,6 +167,30 @@ async function conformance(t: Test, store: Store): Promise<void> {
     t.equal(after?.bytes_processed, 100);
     await store.appendActivity(c.id, 'Destroying', T0, {}, { move: { from: ['executing'], to: 'destroyed' } });
     t.equal((await store.getCapsule(c.id))?.status, 'active', 'a move from a status the capsule is not in is a no-op');
+  });
+
+  await t.test('the activity cap holds when raced; dropped events are counted with their side effects', async (t) => {
+    const a = account('cap');
+    await store.createAccount(a);
+    const c = capsule(a.customer_id, 1);
+    await store.insertCapsule(c, { type: 'CapsuleCreated', at: T0, fields: {} }, usage('capsule'));
+    const results = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        store.appendActivity(c.id, i === 0 ? 'First' : 'Chunk', T0, { i }, { executions: 1, cap: 5 }),
+      ),
+    );
+    t.equal(results.filter((r) => r !== null).length, 4, 'stored up to the cap (5 with CapsuleCreated)');
+    const page = await store.activityPage(c.id, 0, 100);
+    t.same(
+      page.map((e) => e.seq),
+      [1, 2, 3, 4, 5],
+    );
+    t.same(await store.activityPage(c.id, 2, 2).then((p) => p.map((e) => e.seq)), [3, 4], 'pages after a seq');
+    const drops = await store.activityDrops(c.id);
+    t.equal(drops.dropped_events, 8, 'the rest is counted');
+    t.type(drops.first_dropped_type, 'string');
+    t.equal((await store.getCapsule(c.id))?.execution_count, 12, 'side effects of dropped events still apply');
+    t.not(await store.appendActivity(c.id, 'Forced', T0, {}), null, 'an uncapped event is stored past the cap');
   });
 
   await t.test('listing pages through every capsule once, newest first', async (t) => {
