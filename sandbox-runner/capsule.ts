@@ -87,6 +87,8 @@ export interface ManagerDeps {
   mounter: Mounter;
   /** Compiled seccomp program on disk (opened once per exec for bwrap's fd 3). */
   seccompPath: string;
+  /** bwrap arguments masking host /proc entries (sandbox.ts procMaskArgs). */
+  procMask?: string[];
 }
 
 /** Where prepareEtc put the /etc of an image root (one per distinct root). */
@@ -302,6 +304,7 @@ export class CapsuleManager {
       command,
       netnsPath: c.record.egress ? netnsPath(c.record.egress.netns) : null,
       caFile: c.record.egress ? join(c.record.tmpfs_dir, EGRESS_CA_FILE) : null,
+      procMask: this.d.procMask ?? [],
     };
   }
 

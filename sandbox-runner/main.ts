@@ -14,10 +14,13 @@ import { closeInheritedFds } from './fds.js';
 import { bwrapVersion, hostFacts, nsInodes, swapActive } from './host.js';
 import { recoverCapsules } from './recovery.js';
 import { compilePolicy, loadPolicy, PolicyError } from './seccomp.js';
-import { prepareEtc } from './sandbox.js';
+import { prepareEtc, procMaskArgs } from './sandbox.js';
 import { startServer } from './server.js';
-import { Mounter } from './tmpfs.js';
+import { isMounted, Mounter } from './tmpfs.js';
 import { UidPool } from './uids.js';
+
+/** Size of the tmpfs holding the prepared /etc trees and the /proc mask sources. */
+const ETC_TMPFS_MB = 32;
 
 /** Exit 2: the node is unfit (swap on); 1: anything else. */
 function fail(msg: string, code: 1 | 2 = 1): never {
@@ -52,7 +55,10 @@ async function main(): Promise<void> {
   }
   if (config.procSwaps !== PROC_SWAPS)
     process.stderr.write(`capsule-runner: WARNING swap is read from ${config.procSwaps} (proc_swaps, tests only)\n`);
+  const mounter = Mounter.start();
   let seccompPath: string;
+  let procMask: string[];
+  const etcRoot = join(config.stateDir, 'etc');
   try {
     mkdirSync(config.stateDir, { recursive: true, mode: 0o711 });
     // Capsule uids must traverse (not list) the path to their tmpfs to bind it.
@@ -62,8 +68,13 @@ async function main(): Promise<void> {
     for (const [label, root] of Object.entries(config.runtimes)) {
       if (!existsSync(join(root, 'usr'))) fail(`runtime ${label}: image root ${root} has no usr/`);
     }
+    // The capsules' /etc and /proc masks live on a small tmpfs of their own, so a
+    // capsule's mountinfo names them by their path in it ("/<hash>"), never by a host path.
+    mkdirSync(etcRoot, { recursive: true, mode: 0o711 });
+    if (!isMounted(etcRoot)) await mounter.mount(etcRoot, ETC_TMPFS_MB, 16384);
     for (const root of new Set(Object.values(config.runtimes))) prepareEtc(root, etcDirFor(config.stateDir, root));
-    chmodSync(join(config.stateDir, 'etc'), 0o711);
+    procMask = procMaskArgs(join(etcRoot, '.mask'));
+    chmodSync(etcRoot, 0o711);
   } catch (e) {
     if (e instanceof PolicyError) fail(`seccomp policy ${config.seccompPolicyPath}: ${e.message}`);
     fail(`cannot prepare state dir ${config.stateDir}: ${(e as Error).message}`);
@@ -74,7 +85,6 @@ async function main(): Promise<void> {
   } catch (e) {
     fail(`cgroups: ${e instanceof CgroupError ? e.message : (e as Error).message}`);
   }
-  const mounter = Mounter.start();
   const lost = await recoverCapsules(config.stateDir, cgroups, mounter, systemClock, systemRandom);
   const facts = hostFacts(cgroups.mode, bwrap, config.procSwaps);
   const manager = new CapsuleManager({
@@ -87,6 +97,7 @@ async function main(): Promise<void> {
     hostNamespaces: nsInodes('self'),
     mounter,
     seccompPath,
+    procMask,
   });
   const server = await startServer(config.socketPath, {
     manager,
@@ -104,8 +115,10 @@ async function main(): Promise<void> {
     server.close();
     void manager.shutdown().finally(() => {
       cgroups.removeSubtree();
-      mounter.close();
-      process.exit(0);
+      void mounter.unmount(etcRoot).finally(() => {
+        mounter.close();
+        process.exit(0);
+      });
     });
   };
   process.on('SIGTERM', stop);
