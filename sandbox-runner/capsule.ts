@@ -2,31 +2,35 @@
 // fresh bwrap per exec over the same tmpfs, serialized per capsule), file
 // transfer, destroy (kill, wipe, zeroize, unmount, release, evidence).
 import { createHash } from 'node:crypto';
-import { chmodSync, chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   RunnerError,
   type CreateCapsuleRequest,
+  type CapsuleUsage,
   type CreatedCapsule,
   type DestroyResult,
   type ExecRequest,
   type ExecResult,
   type FileEntry,
   type HostFacts,
+  type RunnerCapacity,
 } from '../shared/runner-protocol.js';
+import { writeCharged } from './charged.js';
 import {
   groupPids,
   killGroup,
   procsFiles,
   removeGroup,
+  writerProcsFile,
   type CapsuleCgroupPaths,
   type CgroupManager,
 } from './cgroup.js';
 import type { Clock, Random } from './clock.js';
-import type { RunnerConfig } from './config.js';
+import { storageMbFor, type RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
 import { prepareExec, runExec, type Prepared, type SandboxObservation } from './exec.js';
-import { listRegular, readRegular, validateFilename, writeFileInto } from './files.js';
+import { listRegular, readRegular, validateFilename } from './files.js';
 import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
 import { baseEnv, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
@@ -60,6 +64,8 @@ const EGRESS_CA_FILE = 'egress-ca.pem';
 
 interface Capsule {
   record: CapsuleRecord;
+  memoryMb: number;
+  storageMb: number;
   hostname: string;
   imageRoot: string;
   etcDir: string;
@@ -139,6 +145,8 @@ export class CapsuleManager {
   private readonly capsules = new Map<string, Capsule>();
   /** Ids whose create is in progress (create awaits the egress relay). */
   private readonly creating = new Set<string>();
+  /** memory_mb of creates in progress (committed before their capsule is live). */
+  private readonly creatingMb = new Map<string, number>();
   private shuttingDown = false;
 
   constructor(private readonly d: ManagerDeps) {
@@ -148,6 +156,28 @@ export class CapsuleManager {
 
   ids(): string[] {
     return [...this.capsules.keys()];
+  }
+
+  /** Memory committed to live capsules and creates in progress (MB). */
+  committedMb(): number {
+    let mb = 0;
+    for (const c of this.capsules.values()) mb += c.memoryMb;
+    for (const m of this.creatingMb.values()) mb += m;
+    return mb;
+  }
+
+  capacity(runnerUsageBytes: number | null): RunnerCapacity {
+    const { config } = this.d;
+    const committed = this.committedMb();
+    return {
+      memory_mb: config.nodeMemoryMb,
+      committed_mb: committed,
+      free_mb: Math.max(0, config.nodeMemoryMb - committed),
+      capsules: this.capsules.size + this.creating.size,
+      max_capsules: config.bounds.maxCapsules,
+      runner_memory_mb: config.runnerMemoryMb,
+      runner_usage_bytes: runnerUsageBytes,
+    };
   }
 
   private get(id: unknown): Capsule {
@@ -195,14 +225,22 @@ export class CapsuleManager {
           total += bytes.length;
           apps.push({ name, bytes });
         });
-        if (total > config.bounds.tmpfsMb * 1024 * 1024)
-          throw new RunnerError('too_large', 'app_files: larger than the capsule tmpfs');
+        if (total > storageMbFor(mem, config.bounds.tmpfsMb) * 1024 * 1024)
+          throw new RunnerError('too_large', 'app_files: larger than the capsule storage');
       }
       const egress = req.egress !== undefined && req.egress !== null ? validateEgress(req.egress) : null;
       if (this.capsules.size + this.creating.size >= config.bounds.maxCapsules)
-        throw new RunnerError('unavailable', 'runner is at its capsule limit');
+        throw new RunnerError('capacity', 'runner is at its capsule limit');
+      // Admission: the node must be able to back the capsule's memory, its files included.
+      const committed = this.committedMb();
+      if (committed + mem > config.nodeMemoryMb)
+        throw new RunnerError(
+          'capacity',
+          `memory_mb: the node cannot back ${mem} MB now (${config.nodeMemoryMb - committed} of ${config.nodeMemoryMb} MB free)`,
+        );
       const uid = this.d.uids.allocate();
-      if (uid === null) throw new RunnerError('unavailable', 'no free capsule uid in the configured range');
+      if (uid === null) throw new RunnerError('capacity', 'no free capsule uid in the configured range');
+      const storageMb = storageMbFor(mem, config.bounds.tmpfsMb);
 
       const tmpfsDir = join(capsulesDir(config.stateDir), id);
       const statePath = `${tmpfsDir}.json`;
@@ -218,11 +256,19 @@ export class CapsuleManager {
       let cgroupMade = false;
       let egressState: EgressState | null = null;
       this.creating.add(id);
+      this.creatingMb.set(id, mem);
       try {
         // The record goes first so that a crash from here on is found by recovery.
         writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+        // The cgroup first: the app files below are charged to it.
+        this.d.cgroups.create(id, {
+          memoryBytes: mem * 1024 * 1024,
+          pidsMax: config.bounds.pidsMax,
+          cpuWeight: config.bounds.cpuWeight,
+        });
+        cgroupMade = true;
         mkdirSync(tmpfsDir, { mode: 0o711 });
-        await this.d.mounter.mount(tmpfsDir, config.bounds.tmpfsMb, config.bounds.tmpfsInodes);
+        await this.d.mounter.mount(tmpfsDir, storageMb, config.bounds.tmpfsInodes);
         mounted = true;
         for (const sub of ['input', 'output', 'tmp']) {
           mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
@@ -231,16 +277,12 @@ export class CapsuleManager {
         if (apps.length > 0) {
           const app = join(tmpfsDir, 'app');
           mkdirSync(app, { mode: 0o755 });
-          for (const a of apps) {
-            writeFileInto(app, a.name, a.bytes, 0, 'app_files.filename');
-          }
+          await writeCharged(
+            writerProcsFile(record.cgroup),
+            0,
+            apps.map((a) => ({ dir: app, name: a.name, bytes: a.bytes, field: 'app_files.filename', hash: false })),
+          );
         }
-        this.d.cgroups.create(id, {
-          memoryBytes: mem * 1024 * 1024,
-          pidsMax: config.bounds.pidsMax,
-          cpuWeight: config.bounds.cpuWeight,
-        });
-        cgroupMade = true;
         if (egress) {
           writeFileSync(join(tmpfsDir, EGRESS_CA_FILE), caBundle(imageRoot, egress.caPem), { mode: 0o644 });
           record.egress = { netns: `capsule-${this.d.random.bytes(8).toString('hex')}`, relay_pid: null };
@@ -252,13 +294,14 @@ export class CapsuleManager {
         }
       } catch (e) {
         this.creating.delete(id);
+        this.creatingMb.delete(id);
         if (egressState) await detachEgress(egressState);
         else if (record.egress) await detachEgress(record.egress);
-        if (cgroupMade) void removeGroup(record.cgroup);
         if (mounted) {
           wipeAndZeroize(tmpfsDir, this.d.random.bytes(32));
           await this.d.mounter.unmount(tmpfsDir);
         }
+        if (cgroupMade) await killGroup(record.cgroup).then(() => removeGroup(record.cgroup));
         rmSync(tmpfsDir, { recursive: true, force: true });
         rmSync(statePath, { force: true });
         this.d.uids.release(uid);
@@ -268,8 +311,11 @@ export class CapsuleManager {
         throw new RunnerError('internal', `create failed: ${code ?? (e as Error).message}`);
       }
       this.creating.delete(id);
+      this.creatingMb.delete(id);
       this.capsules.set(id, {
         record,
+        memoryMb: mem,
+        storageMb,
         hostname,
         imageRoot,
         etcDir: etcDirFor(config.stateDir, imageRoot),
@@ -286,7 +332,13 @@ export class CapsuleManager {
       });
       const made = this.capsules.get(id)!;
       made.prepared = this.prepare(made);
-      return { capsule_id: id, hostname, host_uid: uid, created_at: record.created_at };
+      return {
+        capsule_id: id,
+        hostname,
+        host_uid: uid,
+        created_at: record.created_at,
+        storage_limit_bytes: storageMb * 1024 * 1024,
+      };
     } finally {
       for (const a of apps) a.bytes.fill(0);
     }
@@ -377,7 +429,9 @@ export class CapsuleManager {
       try {
         if (input) {
           try {
-            writeFileInto(input.dir, input.name, input.bytes, c.record.host_uid, 'input_filename', false);
+            await writeCharged(writerProcsFile(c.record.cgroup), c.record.host_uid, [
+              { dir: input.dir, name: input.name, bytes: input.bytes, field: 'input_filename', hash: false },
+            ]);
           } finally {
             input.bytes.fill(0);
           }
@@ -427,16 +481,40 @@ export class CapsuleManager {
     return p;
   }
 
-  upload(params: { capsule_id: string; filename: string }, body: Buffer): FileEntry {
+  async upload(params: { capsule_id: string; filename: string }, body: Buffer): Promise<FileEntry> {
     try {
       const c = this.get(params?.capsule_id);
       const name = validateFilename(params.filename);
       if (body.length > this.d.config.bounds.maxUploadBytes)
         throw new RunnerError('too_large', `body: larger than ${this.d.config.bounds.maxUploadBytes} bytes`);
-      return writeFileInto(join(c.record.tmpfs_dir, 'input'), name, body, c.record.host_uid);
+      const [entry] = await writeCharged(writerProcsFile(c.record.cgroup), c.record.host_uid, [
+        { dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true },
+      ]);
+      return entry!;
     } finally {
       body.fill(0); // also when refused: the customer's bytes never outlive the call
     }
+  }
+
+  usage(params: { capsule_id: string }): CapsuleUsage {
+    const c = this.get(params?.capsule_id);
+    const fs = statfsSync(c.record.tmpfs_dir);
+    const cg = c.record.cgroup;
+    let memUsed: number | null = null;
+    try {
+      memUsed = Number(
+        readFileSync(join(cg.memory, cg.mode === 'v2' ? 'memory.current' : 'memory.usage_in_bytes'), 'utf8').trim(),
+      );
+    } catch {
+      memUsed = null;
+    }
+    return {
+      capsule_id: c.record.capsule_id,
+      storage_used_bytes: (fs.blocks - fs.bfree) * fs.bsize,
+      storage_limit_bytes: c.storageMb * 1024 * 1024,
+      memory_used_bytes: memUsed,
+      memory_limit_bytes: c.memoryMb * 1024 * 1024,
+    };
   }
 
   listOutput(params: { capsule_id: string }): { files: FileEntry[] } {

@@ -55,6 +55,18 @@ async function main(): Promise<void> {
   }
   if (config.procSwaps !== PROC_SWAPS)
     process.stderr.write(`capsule-runner: WARNING swap is read from ${config.procSwaps} (proc_swaps, tests only)\n`);
+  let cgroups: CgroupManager;
+  let unconfine: () => void;
+  try {
+    cgroups = CgroupManager.open(config.cgroupName);
+    // The runner's own memory is bounded, and the runner plus its capsules together (see confineRunner).
+    unconfine = cgroups.confineRunner(
+      config.runnerMemoryMb * 1024 * 1024,
+      (config.nodeMemoryMb + config.runnerMemoryMb) * 1024 * 1024,
+    );
+  } catch (e) {
+    fail(`cgroups: ${e instanceof CgroupError ? e.message : (e as Error).message}`);
+  }
   const mounter = Mounter.start();
   let seccompPath: string;
   let procMask: string[];
@@ -79,12 +91,6 @@ async function main(): Promise<void> {
     if (e instanceof PolicyError) fail(`seccomp policy ${config.seccompPolicyPath}: ${e.message}`);
     fail(`cannot prepare state dir ${config.stateDir}: ${(e as Error).message}`);
   }
-  let cgroups: CgroupManager;
-  try {
-    cgroups = CgroupManager.open(config.cgroupName);
-  } catch (e) {
-    fail(`cgroups: ${e instanceof CgroupError ? e.message : (e as Error).message}`);
-  }
   const lost = await recoverCapsules(config.stateDir, cgroups, mounter, systemClock, systemRandom);
   const facts = hostFacts(cgroups.mode, bwrap, config.procSwaps);
   const manager = new CapsuleManager({
@@ -105,6 +111,7 @@ async function main(): Promise<void> {
     hello: () => ({
       protocol_version: RUNNER_PROTOCOL_VERSION,
       host: { ...facts, swap_active: swapActive(config.procSwaps) },
+      capacity: manager.capacity(cgroups.runnerUsageBytes()),
       lost,
     }),
   });
@@ -114,6 +121,7 @@ async function main(): Promise<void> {
     stopping = true;
     server.close();
     void manager.shutdown().finally(() => {
+      unconfine();
       cgroups.removeSubtree();
       void mounter.unmount(etcRoot).finally(() => {
         mounter.close();

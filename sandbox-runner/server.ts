@@ -21,7 +21,8 @@ function handlers(d: ServerDeps): Record<string, Handler> {
     hello: async () => ({ result: d.hello() }),
     create: async (p) => ({ result: await m.create(p as never) }),
     exec: async (p) => ({ result: await m.exec(p as never) }),
-    upload: async (p, body) => ({ result: m.upload(p as never, body) }),
+    upload: async (p, body) => ({ result: await m.upload(p as never, body) }),
+    usage: async (p) => ({ result: m.usage(p as never) }),
     list_output: async (p) => ({ result: m.listOutput(p as never) }),
     read_output: async (p) => {
       const r = m.readOutput(p as never);

@@ -17,9 +17,40 @@ export interface HostFacts {
   bwrap_version: string;
 }
 
+/**
+ * What the node can still admit. Capsule memory (files included: a capsule's
+ * tmpfs pages count against its memory_mb) is committed at create and
+ * released at destroy; create is refused with `capacity` when it would not fit.
+ */
+export interface RunnerCapacity {
+  /** Memory the node gives capsules in total (runner option node_memory_mb). */
+  memory_mb: number;
+  /** Sum of memory_mb of live capsules and creates in progress. */
+  committed_mb: number;
+  free_mb: number;
+  capsules: number;
+  max_capsules: number;
+  /** Bound of the runner's own memory cgroup, and what it is charged now (null: unreadable). */
+  runner_memory_mb: number;
+  runner_usage_bytes: number | null;
+}
+
+/** One live capsule's use of its bounds (GET /v1/capsules/:id reports it). */
+export interface CapsuleUsage {
+  capsule_id: string;
+  /** Bytes used on the capsule's tmpfs (statfs) and its size: storageMbFor(memory_mb). */
+  storage_used_bytes: number;
+  storage_limit_bytes: number;
+  /** Memory charged to the capsule's cgroup (processes and files) and its limit. */
+  memory_used_bytes: number | null;
+  memory_limit_bytes: number;
+}
+
 export interface RunnerHello {
   protocol_version: number;
   host: HostFacts;
+  /** Absent only from runners that predate admission control. */
+  capacity?: RunnerCapacity;
   /** Capsules found at runner start from before a crash; wiped and removed already. */
   lost: LostCapsule[];
 }
@@ -55,6 +86,8 @@ export interface CreatedCapsule {
   hostname: string;
   host_uid: number;
   created_at: string;
+  /** Size of the capsule's storage (its tmpfs), derived from memory_mb. */
+  storage_limit_bytes?: number;
 }
 
 export interface ExecRequest {
@@ -126,6 +159,7 @@ export interface RunnerMethods {
   read_output: [{ capsule_id: string; filename: string }, FileEntry];
   destroy: [{ capsule_id: string }, DestroyResult];
   list: [Record<string, never>, { capsules: string[] }];
+  usage: [{ capsule_id: string }, CapsuleUsage];
 }
 
 /** Closed set of runner error codes; the control plane maps them to API errors. */
@@ -135,7 +169,8 @@ export type RunnerErrorCode =
   | 'too_large' // upload or file over the bound
   | 'busy' // capsule is being destroyed
   | 'no_space' // tmpfs full
-  | 'unavailable' // runner shutting down or resources exhausted
+  | 'unavailable' // runner shutting down or unreachable
+  | 'capacity' // the node cannot back another capsule now (memory, capsule count, uids); retry later
   | 'internal';
 
 /** A runner error as the client surfaces it. */
@@ -158,5 +193,7 @@ export interface RunnerPort {
   readOutput(capsuleId: string, filename: string): Promise<{ entry: FileEntry; bytes: Uint8Array }>;
   destroy(capsuleId: string): Promise<DestroyResult>;
   list(): Promise<string[]>;
+  /** Storage and memory use of one live capsule (optional: in-process test runners may lack it). */
+  usage?(capsuleId: string): Promise<CapsuleUsage>;
   close(): Promise<void>;
 }

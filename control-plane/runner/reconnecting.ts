@@ -62,6 +62,12 @@ export class ReconnectingRunner implements RunnerPort {
   list() {
     return this.use((c) => c.list());
   }
+  usage(id: string) {
+    return this.use((c) => {
+      if (!c.usage) throw new RunnerError('internal', 'this runner does not report usage');
+      return c.usage(id);
+    });
+  }
   async close(): Promise<void> {
     this.closed = true;
     const c = this.client;

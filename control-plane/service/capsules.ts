@@ -2,7 +2,7 @@
 // output. Every step that touches customer data records its activity event
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
-import type { ExecRequest, ExecResult, FileEntry } from '../../shared/runner-protocol.js';
+import type { CapsuleUsage, ExecRequest, ExecResult, FileEntry } from '../../shared/runner-protocol.js';
 import type {
   ApiForm,
   Caller,
@@ -76,6 +76,20 @@ export class CapsuleService {
       throw new ApiError('resource_not_found', `${form === 'session' ? 'session' : 'capsule'} not found`);
     }
     return c;
+  }
+
+  /**
+   * Storage (and memory) use of a live capsule as its runner measures it;
+   * null when the capsule is not live or the runner cannot say right now
+   * (a status read never fails because of it).
+   */
+  async usage(c: Capsule): Promise<CapsuleUsage | null> {
+    if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id) || !this.d.runner.usage) return null;
+    try {
+      return await this.d.runner.usage(c.id);
+    } catch {
+      return null;
+    }
   }
 
   /** A capsule an operation needs alive: destroyed or expiring ones give 410. */

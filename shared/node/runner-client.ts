@@ -12,6 +12,7 @@ import {
   type ExecResult,
   type FileEntry,
   type RunnerErrorCode,
+  type CapsuleUsage,
   type RunnerHello,
   type RunnerMethods,
   type RunnerPort,
@@ -25,6 +26,7 @@ const ERROR_CODES: ReadonlySet<string> = new Set<RunnerErrorCode>([
   'busy',
   'no_space',
   'unavailable',
+  'capacity',
   'internal',
 ]);
 
@@ -69,6 +71,9 @@ export class RunnerClient implements RunnerPort {
   }
   async list(): Promise<string[]> {
     return (await this.call('list', {})).capsules;
+  }
+  usage(capsuleId: string): Promise<CapsuleUsage> {
+    return this.call('usage', { capsule_id: capsuleId });
   }
 
   async close(): Promise<void> {
