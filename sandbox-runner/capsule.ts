@@ -285,11 +285,15 @@ export class CapsuleManager {
         }
         if (egress) {
           writeFileSync(join(tmpfsDir, EGRESS_CA_FILE), caBundle(imageRoot, egress.caPem), { mode: 0o644 });
-          record.egress = { netns: `capsule-${this.d.random.bytes(8).toString('hex')}`, relay_pid: null };
+          record.egress = {
+            netns: `capsule-${this.d.random.bytes(8).toString('hex')}`,
+            relay_pid: null,
+            proxy_socket: egress.proxySocket,
+          };
           // Record the namespace name before creating it, and the relay pid once it runs (recovery).
           writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
           egressState = await attachEgress(record.egress.netns, egress.proxySocket);
-          record.egress = egressState;
+          record.egress = { ...egressState, proxy_socket: egress.proxySocket };
           writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
         }
       } catch (e) {

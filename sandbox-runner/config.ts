@@ -181,11 +181,13 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
   if (procSwaps !== PROC_SWAPS && !existsSync(procSwaps))
     throw new ConfigError(`proc_swaps: no such file ${procSwaps}`);
   const minMemoryMb = int(m, 'min_memory_mb', 16, 4, 1 << 20);
-  const runnerMemoryMb = int(m, 'runner_memory_mb', 2048, 256, 1 << 20);
+  const total = memTotalMb();
+  // An eighth of RAM for the runner itself, 256 MB to 2 GB; capsules get 80 % of RAM less that.
+  const runnerMemoryMb = int(m, 'runner_memory_mb', Math.min(2048, Math.max(256, Math.floor(total / 8))), 256, 1 << 20);
   const nodeMemoryMb = int(
     m,
     'node_memory_mb',
-    Math.max(minMemoryMb, Math.floor(memTotalMb() * 0.8) - runnerMemoryMb),
+    Math.max(minMemoryMb, Math.floor(total * 0.8) - runnerMemoryMb),
     minMemoryMb,
     1 << 24,
   );

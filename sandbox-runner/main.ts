@@ -2,7 +2,7 @@
 // start without root, bubblewrap or with swap on, recovers capsules left by
 // a crash, then serves the runner protocol on a 0600 Unix socket.
 // Prints "ready <socket>" on stdout once it accepts connections.
-import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { activeSwaps, PROC_SWAPS, swapRefusal } from '../shared/node/swaps.js';
 import { RUNNER_PROTOCOL_VERSION } from '../shared/runner-protocol.js';
@@ -28,8 +28,32 @@ function fail(msg: string, code: 1 | 2 = 1): never {
   process.exit(code);
 }
 
+/** Graceful stop gets this long (destroying every capsule); then the runner exits anyway and recovery covers the rest. */
+const STOP_DEADLINE_MS = 30_000;
+
+/** The parent pid as the kernel says now (process.ppid is read once at start). */
+function currentPpid(): number | null {
+  try {
+    const stat = readFileSync('/proc/self/stat', 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    return null;
+  }
+}
+
 async function main(): Promise<void> {
   closeInheritedFds();
+  // SIGTERM/SIGINT are obeyed from the first moment: during start-up they are
+  // remembered and acted on once the state is consistent (after recovery).
+  let stop: (() => void) | null = null;
+  let stopRequested = false;
+  const onSignal = (): void => {
+    stopRequested = true;
+    stop?.();
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  const startPpid = currentPpid();
   let config: RunnerConfig;
   try {
     config = loadConfig(process.env, process.argv.slice(2));
@@ -116,21 +140,40 @@ async function main(): Promise<void> {
     }),
   });
   let stopping = false;
-  const stop = (): void => {
+  stop = (): void => {
     if (stopping) return;
     stopping = true;
+    setTimeout(() => {
+      process.stderr.write(
+        'capsule-runner: graceful stop took too long; exiting (the next start recovers what is left)\n',
+      );
+      process.exit(1);
+    }, STOP_DEADLINE_MS).unref();
     server.close();
-    void manager.shutdown().finally(() => {
+    void (async () => {
+      await manager.shutdown().catch(() => undefined);
+      await mounter.unmount(etcRoot).catch(() => undefined);
+      // The helper lives in the runner's leaf: it must be gone before the leaf can be removed.
+      await mounter.close();
       unconfine();
       cgroups.removeSubtree();
-      void mounter.unmount(etcRoot).finally(() => {
-        mounter.close();
-        process.exit(0);
-      });
-    });
+      process.exit(0);
+    })();
   };
-  process.on('SIGTERM', stop);
-  process.on('SIGINT', stop);
+  // Spawned by `capsule serve`: die with it even if the parent-death signal was lost (a parent-pid watch).
+  if (config.exitWithParent) {
+    setInterval(() => {
+      const now = currentPpid();
+      if (now !== null && now !== startPpid) {
+        process.stderr.write(`capsule-runner: parent ${startPpid} is gone; stopping\n`);
+        stop?.();
+      }
+    }, 500).unref();
+  }
+  if (stopRequested) {
+    stop();
+    return;
+  }
   process.stdout.write(`ready ${config.socketPath}\n`);
 }
 

@@ -60,6 +60,31 @@ export interface LostCapsule {
   /** Wipe evidence of the recovery, as measured (may be partial). */
   recovered_at: string;
   wipe: WipeReport | null;
+  /**
+   * What the recovery after the crash measured and did, for the control
+   * plane to carry into the capsule's partial proof as evidence. Absent only
+   * from runners that predate it.
+   */
+  recovery?: RecoveryEvidence;
+}
+
+/** Recovery of one lost capsule by a restarted runner (hello.lost[].recovery). */
+export interface RecoveryEvidence {
+  /** Processes found in the capsule's cgroup (a command still running, or left over) and killed. */
+  processes_killed: number;
+  /** The cgroup was empty after the kill. */
+  cgroup_empty: boolean;
+  /** The capsule's cgroup directories were removed. */
+  cgroup_removed: boolean;
+  /** Its tmpfs was still mounted when recovery began (false: nothing to wipe; wipe is null then). */
+  tmpfs_was_mounted: boolean;
+  /** Wipe of that tmpfs, same shape as a destroy's (also in LostCapsule.wipe). */
+  wipe: WipeReport | null;
+  tmpfs_unmounted: boolean;
+  /** Egress attachment of the capsule, when it had one: relay killed, namespace and proxy socket file removed. */
+  egress: { relay_stopped: boolean; netns_removed: boolean; proxy_socket_removed: boolean | null } | null;
+  /** The state record and mount point directory are gone. */
+  state_removed: boolean;
 }
 
 export interface EgressAttachment {
