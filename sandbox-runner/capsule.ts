@@ -145,6 +145,8 @@ export class CapsuleManager {
   private readonly capsules = new Map<string, Capsule>();
   /** Ids whose create is in progress (create awaits the egress relay). */
   private readonly creating = new Set<string>();
+  /** Customer bytes held by the runner while their writer copies them in (bounded, see upload). */
+  private inflightBytes = 0;
   /** memory_mb of creates in progress (committed before their capsule is live). */
   private readonly creatingMb = new Map<string, number>();
   private shuttingDown = false;
@@ -491,10 +493,25 @@ export class CapsuleManager {
       const name = validateFilename(params.filename);
       if (body.length > this.d.config.bounds.maxUploadBytes)
         throw new RunnerError('too_large', `body: larger than ${this.d.config.bounds.maxUploadBytes} bytes`);
-      const [entry] = await writeCharged(writerProcsFile(c.record.cgroup), c.record.host_uid, [
-        { dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true },
-      ]);
-      return entry!;
+      // The runner's own memory is bounded (runner_memory_mb): concurrent uploads may hold at most
+      // a quarter of it; past that they are refused for a retry rather than risk the runner.
+      const bound = Math.floor((this.d.config.runnerMemoryMb * 1024 * 1024) / 4);
+      if (this.inflightBytes + body.length > bound)
+        throw new RunnerError('capacity', 'body: too many uploads in flight on this node; retry shortly');
+      this.inflightBytes += body.length;
+      try {
+        const [entry] = await writeCharged(writerProcsFile(c.record.cgroup), c.record.host_uid, [
+          { dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true },
+        ]);
+        return entry!;
+      } catch (e) {
+        // A destroy that began meanwhile killed the writer: say so, not "full".
+        if (c.state !== 'live')
+          throw new RunnerError('busy', `capsule_id: capsule ${c.record.capsule_id} is being destroyed`);
+        throw e;
+      } finally {
+        this.inflightBytes -= body.length;
+      }
     } finally {
       body.fill(0); // also when refused: the customer's bytes never outlive the call
     }

@@ -294,7 +294,7 @@ export class CgroupManager {
   listGroups(): string[] {
     try {
       return readdirSync(this.memoryBase, { withFileTypes: true })
-        .filter((d) => d.isDirectory())
+        .filter((d) => d.isDirectory() && d.name !== RUNNER_LEAF)
         .map((d) => d.name);
     } catch {
       return [];
@@ -303,6 +303,7 @@ export class CgroupManager {
 
   /** Removes this runner's (empty) subtree directories; used at graceful stop. */
   removeSubtree(): void {
+    tryRmdir(join(this.memoryBase, RUNNER_LEAF)); // empty once the runner left it (or died)
     for (const d of [this.memoryBase, this.pidsBase, this.cpuBase]) {
       if (!d) continue;
       try {

@@ -23,7 +23,7 @@ export function fromRunner(e: unknown, what: string): ApiError {
         return new ApiError('capsule_expired', 'capsule is being destroyed', { cause: e });
       case 'capacity':
         // The node is full for now: a retryable 503 (Retry-After), never a reason to reconnect.
-        return new ApiError('service_unavailable', 'the node has no capacity for this capsule now; retry later', {
+        return new ApiError('service_unavailable', 'the node is at capacity now; retry later', {
           cause: e,
           extra: { retry_after: 30 },
         });

@@ -130,3 +130,28 @@ t.test('memory accounting and admission', async (t) => {
     await c.destroy('nofit');
   });
 });
+
+t.test('uploads held by the runner at once are bounded (a quarter of runner_memory_mb)', async (t) => {
+  const r = await startRunner({ options: { runner_memory_mb: '256' } });
+  t.teardown(() => r.stop());
+  const c = r.client;
+  await c.create({ capsule_id: 'flood', memory_mb: 1024 });
+  const body = Buffer.alloc(40 * MB, 0x41); // two at once are over the 64 MB bound
+  const results = await Promise.all(
+    Array.from({ length: 8 }, (_, i) =>
+      c.upload('flood', `f${i}`, Buffer.from(body)).then(
+        () => 'ok',
+        (e: unknown) => (e instanceof RunnerError ? e.code : String(e)),
+      ),
+    ),
+  );
+  t.ok(results.includes('capacity'), `some refused for a retry: ${results.join(',')}`);
+  t.ok(results.includes('ok'), 'others accepted');
+  t.ok(
+    results.every((x) => x === 'ok' || x === 'capacity'),
+    'nothing else',
+  );
+  const again = await c.upload('flood', 'later', Buffer.from(body));
+  t.equal(again.size_bytes, 40 * MB, 'accepted once the others are written');
+  t.equal(r.process.exitCode, null, 'the runner is fine');
+});
