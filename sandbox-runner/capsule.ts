@@ -16,7 +16,7 @@ import {
   type HostFacts,
   type RunnerCapacity,
 } from '../shared/runner-protocol.js';
-import { writeCharged } from './charged.js';
+import { dropWriter, prepareWriter, writeCharged, type PreparedWriter } from './charged.js';
 import {
   groupPids,
   killGroup,
@@ -80,6 +80,8 @@ interface Capsule {
   execCount: number;
   /** The wrapper of the next exec, started ahead of time (see sandbox.ts). */
   prepared: Prepared | null;
+  /** The writer of the next upload or exec input, started ahead of time (see charged.ts). */
+  writer: PreparedWriter | null;
 }
 
 export interface ManagerDeps {
@@ -335,9 +337,11 @@ export class CapsuleManager {
         observations: [],
         execCount: 0,
         prepared: null,
+        writer: null,
       });
       const made = this.capsules.get(id)!;
       made.prepared = this.prepare(made);
+      made.writer = this.startWriter(made);
       return {
         capsule_id: id,
         hostname,
@@ -376,6 +380,24 @@ export class CapsuleManager {
     } catch {
       return null; // the exec starts a wrapper itself
     }
+  }
+
+  private startWriter(c: Capsule): PreparedWriter | null {
+    try {
+      return prepareWriter(writerProcsFile(c.record.cgroup));
+    } catch {
+      return null; // the write starts one itself
+    }
+  }
+
+  /** The prepared writer for one write; the next one is started once this call is on its way. */
+  private takeWriter(c: Capsule): PreparedWriter | null {
+    const w = c.writer;
+    c.writer = null;
+    setImmediate(() => {
+      if (c.state === 'live' && !c.writer) c.writer = this.startWriter(c);
+    });
+    return w;
   }
 
   /** Kills the waiting wrapper and waits for it, so it cannot join the cgroup after the sweep. */
@@ -435,9 +457,12 @@ export class CapsuleManager {
       try {
         if (input) {
           try {
-            await writeCharged(writerProcsFile(c.record.cgroup), c.record.host_uid, [
-              { dir: input.dir, name: input.name, bytes: input.bytes, field: 'input_filename', hash: false },
-            ]);
+            await writeCharged(
+              writerProcsFile(c.record.cgroup),
+              c.record.host_uid,
+              [{ dir: input.dir, name: input.name, bytes: input.bytes, field: 'input_filename', hash: false }],
+              this.takeWriter(c),
+            );
           } finally {
             input.bytes.fill(0);
           }
@@ -500,9 +525,12 @@ export class CapsuleManager {
         throw new RunnerError('capacity', 'body: too many uploads in flight on this node; retry shortly');
       this.inflightBytes += body.length;
       try {
-        const [entry] = await writeCharged(writerProcsFile(c.record.cgroup), c.record.host_uid, [
-          { dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true },
-        ]);
+        const [entry] = await writeCharged(
+          writerProcsFile(c.record.cgroup),
+          c.record.host_uid,
+          [{ dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true }],
+          this.takeWriter(c),
+        );
         return entry!;
       } catch (e) {
         // A destroy that began meanwhile killed the writer: say so, not "full".
@@ -574,6 +602,9 @@ export class CapsuleManager {
       }).catch(() => undefined);
     }
     await this.dropPrepared(c);
+    const writer = c.writer;
+    c.writer = null;
+    await dropWriter(writer);
     // WARNING: if teardown throws, the capsule stays 'destroying' (every later call gets busy)
     // until the runner restarts and recovery wipes it; teardown's steps therefore report, not throw.
     const result = await this.teardown(c, commandWasRunning);

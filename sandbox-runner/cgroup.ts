@@ -355,8 +355,14 @@ export function oomKills(p: CapsuleCgroupPaths): number {
 }
 
 /** Sends sig to every process of the group except `spare` (v2 SIGKILL uses cgroup.kill). */
-export function signalGroup(p: CapsuleCgroupPaths, sig: NodeJS.Signals, spare: number | null = null): void {
-  if (p.mode === 'v2' && sig === 'SIGKILL' && tryWrite(join(p.memory, 'cgroup.kill'), '1')) return;
+export function signalGroup(
+  p: CapsuleCgroupPaths,
+  sig: NodeJS.Signals,
+  spare: number | null = null,
+  subtree = true,
+): void {
+  // cgroup.kill takes the writer leaf too; subtree=false spares it (one signal per member instead).
+  if (p.mode === 'v2' && sig === 'SIGKILL' && subtree && tryWrite(join(p.memory, 'cgroup.kill'), '1')) return;
   for (const pid of groupPids(p)) {
     if (pid === spare) continue;
     try {
@@ -369,13 +375,18 @@ export function signalGroup(p: CapsuleCgroupPaths, sig: NodeJS.Signals, spare: n
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** SIGKILLs the group until it is empty; returns whether it emptied within the deadline. */
-export async function killGroup(p: CapsuleCgroupPaths, deadlineMs = 2000): Promise<boolean> {
+/**
+ * SIGKILLs the group until it is empty; returns whether it emptied within the
+ * deadline. writers=false (the per-exec sweep) spares the writer leaf: an
+ * upload may be copying bytes in beside the exec.
+ */
+export async function killGroup(p: CapsuleCgroupPaths, deadlineMs = 2000, withWriters = true): Promise<boolean> {
   const end = Date.now() + deadlineMs;
+  const writersOf = (): number[] => (withWriters ? writerPidsOf(p) : []);
   for (;;) {
-    const writers = writerPids(p);
+    const writers = writersOf();
     if (groupPids(p).length === 0 && writers.length === 0) return true;
-    signalGroup(p, 'SIGKILL');
+    signalGroup(p, 'SIGKILL', null, withWriters);
     for (const pid of writers) {
       try {
         process.kill(pid, 'SIGKILL');
@@ -383,7 +394,7 @@ export async function killGroup(p: CapsuleCgroupPaths, deadlineMs = 2000): Promi
         /* gone */
       }
     }
-    if (Date.now() > end) return groupPids(p).length === 0 && writerPids(p).length === 0;
+    if (Date.now() > end) return groupPids(p).length === 0 && writersOf().length === 0;
     await sleep(2);
   }
 }
@@ -393,7 +404,7 @@ export function writerProcsFile(p: CapsuleCgroupPaths): string {
   return join(p.memory, WRITER_LEAF, 'cgroup.procs');
 }
 
-function writerPids(p: CapsuleCgroupPaths): number[] {
+function writerPidsOf(p: CapsuleCgroupPaths): number[] {
   const v = read(writerProcsFile(p));
   return v ? v.split('\n').filter(Boolean).map(Number) : [];
 }

@@ -5,12 +5,13 @@
 // Ownership"), so the runner opens each file itself (the O_NOFOLLOW and type
 // checks below) and hands the descriptors to a short-lived writer process
 // that first joins the capsule's writer leaf (a child of its memory cgroup,
-// see cgroup.ts) and copies the bytes from a pipe with dd.
+// see cgroup.ts) and copies the bytes from a pipe with dd. One writer per
+// capsule is started ahead of time, like the exec wrapper.
 //
 // A full tmpfs gives ENOSPC (no_space); a capsule whose memory is full gets
 // its writer OOM-killed (also no_space); the runner's own memory is never
 // charged and the runner is never the OOM victim.
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { closeSync, constants, fchownSync, fstatSync, ftruncateSync, openSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
@@ -21,14 +22,63 @@ const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLO
 const RO = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
 /**
- * Joins the writer cgroup ($1), then copies exactly N bytes of stdin into
- * each descriptor 3, 4, ... (sizes in the remaining arguments). dd reopens
- * the descriptor through /proc/self/fd: the same inode the runner checked.
+ * Joins the writer cgroup ($1), then reads one header line naming where each
+ * file goes and its size (`/proc/<runner pid>/fd/<fd>:<bytes> ...`: the very
+ * descriptor the runner opened and checked, reopened through its magic link,
+ * never a path in the capsule's tmpfs), then copies exactly that many bytes
+ * of stdin into each. dash's `read` takes the header byte by byte, so the
+ * file bytes that follow it on the pipe are left for dd. Being started ahead
+ * of time (prepareWriter), the cgroup join (several ms on cgroup v1) is off
+ * the upload's path.
  */
 const WRITER_SCRIPT =
-  'echo $$ > "$1" || exit 125; shift; i=3; for n in "$@"; do ' +
-  'dd iflag=fullblock,count_bytes bs=65536 count="$n" of=/proc/self/fd/$i conv=notrunc status=none || exit $?; ' +
-  'i=$((i+1)); done';
+  'echo $$ > "$1" || exit 125; read -r header || exit 125; for spec in $header; do ' +
+  'dd iflag=fullblock,count_bytes bs=65536 count="${spec##*:}" of="${spec%:*}" conv=notrunc status=none || exit $?; ' +
+  'done';
+
+/** A writer process started ahead of an upload, already in the capsule's writer leaf (or on its way there). */
+export interface PreparedWriter {
+  child: ChildProcess;
+  alive: boolean;
+  stderr: string;
+  done: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** Starts a writer that joins writerProcs and waits for its header on stdin. */
+export function prepareWriter(writerProcs: string): PreparedWriter {
+  const child = spawn('/bin/sh', ['-c', WRITER_SCRIPT, 'capsule-write', writerProcs], {
+    stdio: ['pipe', 'ignore', 'pipe'],
+    env: { PATH: HOST_PATH, LC_ALL: 'C' },
+  });
+  const w: PreparedWriter = {
+    child,
+    alive: true,
+    stderr: '',
+    done: new Promise((resolve) => {
+      child.on('error', () => resolve({ code: null, signal: null }));
+      child.on('close', (code, signal) => resolve({ code, signal }));
+    }),
+  };
+  child.on('exit', () => {
+    w.alive = false;
+  });
+  child.on('error', (e) => {
+    w.alive = false;
+    w.stderr += e.message;
+  });
+  child.stderr!.on('data', (b: Buffer) => {
+    if (w.stderr.length < 4096) w.stderr += b.toString('utf8');
+  });
+  child.stdin!.on('error', () => undefined); // EPIPE when the writer died early: its status says why
+  return w;
+}
+
+/** Kills a writer that was not used and waits for it, so that it cannot join the cgroup after a sweep. */
+export async function dropWriter(w: PreparedWriter | null): Promise<void> {
+  if (!w || !w.alive) return;
+  w.child.kill('SIGKILL');
+  await Promise.race([w.done, new Promise((r) => setTimeout(r, 2000))]);
+}
 
 export interface ChargedFile {
   dir: string;
@@ -82,32 +132,19 @@ function removePartial(path: string): void {
   }
 }
 
-interface WriterOutcome {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stderr: string;
-}
-
-function runWriter(writerProcs: string, fds: number[], chunks: Uint8Array[]): Promise<WriterOutcome> {
-  return new Promise((resolve) => {
-    const child = spawn(
-      '/bin/sh',
-      ['-c', WRITER_SCRIPT, 'capsule-write', writerProcs, ...chunks.map((c) => String(c.byteLength))],
-      {
-        stdio: ['pipe', 'ignore', 'pipe', ...fds],
-        env: { PATH: HOST_PATH, LC_ALL: 'C' },
-      },
-    );
-    let stderr = '';
-    child.stderr!.on('data', (b: Buffer) => {
-      if (stderr.length < 4096) stderr += b.toString('utf8');
-    });
-    child.stdin!.on('error', () => undefined); // EPIPE when the writer died early: its status says why
-    child.on('error', (e) => resolve({ code: null, signal: null, stderr: e.message }));
-    child.on('close', (code, signal) => resolve({ code, signal, stderr }));
-    for (const c of chunks) if (c.byteLength > 0) child.stdin!.write(c);
-    child.stdin!.end();
-  });
+async function runWriter(
+  writerProcs: string,
+  prepared: PreparedWriter | null,
+  fds: number[],
+  chunks: Uint8Array[],
+): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
+  const w = prepared && prepared.alive ? prepared : prepareWriter(writerProcs);
+  const header = fds.map((fd, i) => `/proc/${process.pid}/fd/${fd}:${chunks[i]!.byteLength}`).join(' ');
+  w.child.stdin!.write(`${header}\n`);
+  for (const c of chunks) if (c.byteLength > 0) w.child.stdin!.write(c);
+  w.child.stdin!.end();
+  const r = await w.done;
+  return { ...r, stderr: w.stderr };
 }
 
 /**
@@ -115,7 +152,12 @@ function runWriter(writerProcs: string, fds: number[], chunks: Uint8Array[]): Pr
  * the capsule (writerProcs: the cgroup.procs file of its writer leaf).
  * All or nothing: on failure every file this call created or emptied is removed.
  */
-export async function writeCharged(writerProcs: string, uid: number, files: ChargedFile[]): Promise<FileEntry[]> {
+export async function writeCharged(
+  writerProcs: string,
+  uid: number,
+  files: ChargedFile[],
+  prepared: PreparedWriter | null = null,
+): Promise<FileEntry[]> {
   const opened: { path: string; fd: number }[] = [];
   let complete = false;
   try {
@@ -125,6 +167,7 @@ export async function writeCharged(writerProcs: string, uid: number, files: Char
     }
     const r = await runWriter(
       writerProcs,
+      prepared,
       opened.map((o) => o.fd),
       files.map((f) => f.bytes),
     );
