@@ -12,7 +12,7 @@
 // its writer OOM-killed (also no_space); the runner's own memory is never
 // charged and the runner is never the OOM victim.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { webcrypto } from 'node:crypto';
 import { closeSync, constants, fchownSync, fstatSync, ftruncateSync, openSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { RunnerError, type FileEntry } from '../shared/runner-protocol.js';
@@ -187,9 +187,12 @@ export async function writeCharged(
     for (const o of opened) closeSync(o.fd);
     if (!complete) for (const o of opened) removePartial(o.path);
   }
-  return files.map((f) => ({
-    filename: f.name,
-    size_bytes: f.bytes.byteLength,
-    sha512: f.hash ? `sha512:${createHash('sha512').update(f.bytes).digest('hex')}` : '',
-  }));
+  return Promise.all(
+    files.map(async (f) => ({
+      filename: f.name,
+      size_bytes: f.bytes.byteLength,
+      // WebCrypto digests on the libuv thread pool: 100 MiB never holds the serving thread.
+      sha512: f.hash ? `sha512:${Buffer.from(await webcrypto.subtle.digest('SHA-512', f.bytes)).toString('hex')}` : '',
+    })),
+  );
 }

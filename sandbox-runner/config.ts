@@ -59,6 +59,12 @@ export interface RunnerConfig {
    * test points it at a fake one (the runner then prints a warning).
    */
   procSwaps: string;
+  /**
+   * Wipe sparse files at their data extents through the python3 helper
+   * (default). false: the fallback a host without python3 takes (whole-file
+   * writes that can meet ENOSPC, stated in the evidence); tests use it.
+   */
+  wipeSparseHelper: boolean;
 }
 
 export class ConfigError extends Error {}
@@ -90,6 +96,7 @@ const KEYS = [
   'node_memory_mb',
   'runner_memory_mb',
   'exit_with_parent',
+  'wipe_sparse_helper',
 ] as const;
 type Key = (typeof KEYS)[number];
 
@@ -193,6 +200,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
   );
   const parent = m.get('exit_with_parent');
   if (parent !== undefined && parent !== '0' && parent !== '1') throw new ConfigError('exit_with_parent: 0 or 1');
+  const sparse = m.get('wipe_sparse_helper');
+  if (sparse !== undefined && sparse !== '0' && sparse !== '1') throw new ConfigError('wipe_sparse_helper: 0 or 1');
   return {
     socketPath,
     stateDir,
@@ -222,5 +231,6 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
     nodeMemoryMb,
     runnerMemoryMb,
     exitWithParent: parent === '1',
+    wipeSparseHelper: sparse !== '0',
   };
 }

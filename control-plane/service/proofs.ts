@@ -9,7 +9,7 @@ import {
 } from '../../shared/proof/index.js';
 import type { Caller, KeyRecord, StoredProof } from '../domain/index.js';
 import type { Deps } from './deps.js';
-import { verifyHostedRequest, type HostedResult } from './hosted-verify.js';
+import { verifyHostedRequest, withSummary, type HostedResult } from './hosted-verify.js';
 import { VerifyPool } from './verify-pool.js';
 
 const proofNotFound = (): ApiError =>
@@ -64,11 +64,13 @@ export class ProofService {
   }
 
   /** The stored-proof check: the full document, offline rules. */
-  verify(doc: unknown): VerifyResult {
-    return verifyProof(doc, {
-      now: () => this.d.clock.nowIso(),
-      ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}),
-    });
+  verify(doc: unknown): VerifyResult & { summary: string } {
+    return withSummary(
+      verifyProof(doc, {
+        now: () => this.d.clock.nowIso(),
+        ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}),
+      }),
+    );
   }
 
   /** POST /v1/verify on a parsed body, in this thread (small bodies). */

@@ -3,9 +3,9 @@
 // reaches it (exit_with_parent: a parent-pid watch): no orphaned runner keeps
 // capsule mounts.
 import t from 'tap';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RunnerClient } from '../../shared/node/runner-client.js';
@@ -75,6 +75,11 @@ t.test('SIGTERM during start-up is obeyed once recovery is done', async (t) => {
     removeStateDir(stateDir);
     uids.release();
   });
+  // A capsule left by a "crash" (a mounted tmpfs holding 64 MB): its recovery wipe keeps start-up busy long enough.
+  const left = join(stateDir, 'capsules', 'leftover');
+  mkdirSync(left, { recursive: true });
+  t.equal(spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=80m', 'capsule-tmpfs', left]).status, 0);
+  writeFileSync(join(left, 'big'), Buffer.alloc(64 * 1024 * 1024, 0x61));
   const child = spawn(
     process.execPath,
     [RUNNER_MAIN, `--state_dir=${stateDir}`, `--uid_base=${uids.base}`, `--uid_count=${uids.count}`],
@@ -89,6 +94,7 @@ t.test('SIGTERM during start-up is obeyed once recovery is done', async (t) => {
   // Node itself catches SIGTERM from its first instant (to reset the terminal, then re-raise), so
   // wait for a sign of the runner's own start-up instead: its compiled seccomp program on disk.
   t.ok(await until(() => existsSync(join(stateDir, 'seccomp.bpf')), 20000), 'the runner is inside its start-up');
+  await new Promise((r) => setTimeout(r, 20)); // into the recovery wipe
   t.notOk(out.includes('ready'), 'signalled before it was ready');
   child.kill('SIGTERM');
   let err = '';
@@ -96,7 +102,7 @@ t.test('SIGTERM during start-up is obeyed once recovery is done', async (t) => {
     err += b.toString();
   });
   t.equal(await exit, 0, `a clean exit, not death by the default action: ${err}`);
-  t.same(mountsUnder(stateDir), [], 'nothing left mounted');
+  t.same(mountsUnder(stateDir), [], 'nothing left mounted (the leftover was recovered before the exit)');
 });
 
 t.test('exit_with_parent: the runner stops when its parent dies by SIGKILL', async (t) => {
