@@ -132,13 +132,14 @@ t.test('memory accounting and admission', async (t) => {
 });
 
 t.test('uploads held by the runner at once are bounded (a quarter of runner_memory_mb)', async (t) => {
-  const r = await startRunner({ options: { runner_memory_mb: '256' } });
+  // 512: bound 128 MB. (At 256, eight 40 MB frames decoded at once once got the runner OOM-killed in its leaf.)
+  const r = await startRunner({ options: { runner_memory_mb: '512', tmpfs_mb: '1024' } });
   t.teardown(() => r.stop());
   const c = r.client;
-  await c.create({ capsule_id: 'flood', memory_mb: 1024 });
-  const body = Buffer.alloc(40 * MB, 0x41); // two at once are over the 64 MB bound
+  await c.create({ capsule_id: 'flood', memory_mb: 2048 }); // 1024 MB of storage: room for all twelve
+  const body = Buffer.alloc(60 * MB, 0x41); // three at once are over the 128 MB bound
   const results = await Promise.all(
-    Array.from({ length: 8 }, (_, i) =>
+    Array.from({ length: 6 }, (_, i) =>
       c.upload('flood', `f${i}`, Buffer.from(body)).then(
         () => 'ok',
         (e: unknown) => (e instanceof RunnerError ? e.code : String(e)),
@@ -152,6 +153,28 @@ t.test('uploads held by the runner at once are bounded (a quarter of runner_memo
     'nothing else',
   );
   const again = await c.upload('flood', 'later', Buffer.from(body));
-  t.equal(again.size_bytes, 40 * MB, 'accepted once the others are written');
+  t.equal(again.size_bytes, 60 * MB, 'accepted once the others are written');
   t.equal(r.process.exitCode, null, 'the runner is fine');
+});
+
+t.test("an exec's sweep of leftover processes spares an upload being copied in", async (t) => {
+  const r = await startRunner();
+  t.teardown(() => r.stop());
+  const c = r.client;
+  await c.create({ capsule_id: 'sweep', memory_mb: 512 });
+  const body = Buffer.alloc(64 * MB, 0x42);
+  for (let i = 0; i < 3; i++) {
+    // The upload's writer copies while the exec ends and its sweep kills the background sleep.
+    const up = c.upload('sweep', `u${i}`, Buffer.from(body));
+    const ex = c.exec({ capsule_id: 'sweep', command: 'sleep 30 & true', timeout_ms: 10000 });
+    const [u, e] = await Promise.all([up, ex]);
+    t.equal(u.size_bytes, 64 * MB, `upload ${i} complete`);
+    t.equal(e.exit_code, 0);
+  }
+  const sizes = await c.exec({
+    capsule_id: 'sweep',
+    command: 'wc -c < /data/input/u0; wc -c < /data/input/u2',
+    timeout_ms: 10000,
+  });
+  t.equal(sizes.stdout, `${64 * MB}\n${64 * MB}\n`, 'the files are whole');
 });
