@@ -11,7 +11,14 @@ import { EnvelopeBox } from './secrets/envelope.js';
 import { loadMasterKey } from './secrets/master-key.js';
 import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
-import { capConnectionsPerSource, createApp, RateLimiter, type ConnectionGuard } from './http/app.js';
+import {
+  capConnectionsPerSource,
+  createApp,
+  RateLimiter,
+  servedRoutes,
+  type ConnectionGuard,
+  type ServedRoute,
+} from './http/app.js';
 import { loadRegulatoryMapping, readSystemCapsulefiles } from './policy/index.js';
 import {
   buildServices,
@@ -36,6 +43,8 @@ export interface ControlPlane {
   recovery: RecoveryReport | null;
   /** The per-source connection cap of the listener. */
   connections: ConnectionGuard;
+  /** Every method and path the app routes (compared with the OpenAPI registry in tests). */
+  routes: ServedRoute[];
   close(): Promise<void>;
 }
 
@@ -69,6 +78,7 @@ export async function startControlPlane(
   const egress = new ProxyEgress({
     socketDir: config.egressSocketDir,
     extraCaPem: config.egressExtraCaPem,
+    budgets: config.egressBudgets,
     random,
     ...opts.egress,
     // Refusals carry host, port and reason only (no customer bytes).
@@ -158,6 +168,7 @@ export async function startControlPlane(
     services,
     recovery,
     connections,
+    routes: servedRoutes(app),
     async close() {
       await services.sweeper.stop();
       await services.egress.stopAll();
