@@ -10,7 +10,7 @@
 // the exec writes the argfile (on the capsule tmpfs, root-only, never bound
 // inside) and says "go". fd 3 carries the compiled seccomp program, fd 4
 // receives bwrap's {"child-pid": N} so the runner can observe the capsule.
-import { cpSync, existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 export const INSIDE_UID = 1000;
@@ -79,6 +79,65 @@ function isSymlink(p: string): boolean {
   }
 }
 
+/**
+ * /proc entries hidden from a capsule, as container runtimes do (runc's
+ * default masked paths) plus the host's identity: the VM init arguments, the
+ * kernel build configuration, the physical memory and I/O port maps, and the
+ * boot id. Files read as empty, directories as empty and read-only.
+ */
+export const MASKED_PROC_FILES = [
+  '/proc/cmdline',
+  '/proc/config.gz',
+  '/proc/iomem',
+  '/proc/ioports',
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/key-users',
+  '/proc/kallsyms',
+  '/proc/latency_stats',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+  '/proc/sched_debug',
+  '/proc/sysrq-trigger',
+  '/proc/vmallocinfo',
+  '/proc/sys/kernel/random/boot_id',
+];
+export const MASKED_PROC_DIRS = [
+  '/proc/acpi',
+  '/proc/asound',
+  '/proc/scsi',
+  '/proc/bus',
+  '/proc/fs',
+  '/proc/irq',
+  '/proc/driver',
+];
+
+/** Where the runner keeps the empty file and directory it binds over masked /proc entries. */
+export interface MaskSources {
+  emptyFile: string;
+  emptyDir: string;
+}
+
+/**
+ * Prepares the mask sources under dir (which must be on the runner's own
+ * small tmpfs, so that a capsule's mountinfo shows `/.mask/...` rather than
+ * a host path) and returns the bwrap arguments for the entries this kernel
+ * has. /proc/sys is bound read-only first: its contents follow the reader's
+ * namespaces (hostname, net), so the host procfs' view is the capsule's own.
+ */
+export function procMaskArgs(dir: string): string[] {
+  const m: MaskSources = { emptyFile: join(dir, 'file'), emptyDir: join(dir, 'dir') };
+  mkdirSync(m.emptyDir, { recursive: true, mode: 0o555 });
+  chmodSync(dir, 0o711);
+  chmodSync(m.emptyDir, 0o555);
+  writeFileSync(m.emptyFile, '', { mode: 0o444 });
+  chmodSync(m.emptyFile, 0o444);
+  const args: string[] = ['--ro-bind', '/proc/sys', '/proc/sys'];
+  for (const f of MASKED_PROC_FILES) if (existsSync(f)) args.push('--ro-bind', m.emptyFile, f);
+  for (const d of MASKED_PROC_DIRS) if (existsSync(d)) args.push('--ro-bind', m.emptyDir, d);
+  return args;
+}
+
 export interface SandboxSpec {
   /** Host directory of the capsule's tmpfs. */
   tmpfsDir: string;
@@ -99,6 +158,8 @@ export interface SandboxSpec {
   netnsPath?: string | null;
   /** Egress: CA bundle file bound read-only at /etc/capsule-ca.pem. */
   caFile?: string | null;
+  /** bwrap arguments masking /proc entries (procMaskArgs, computed once at runner start). */
+  procMask?: string[];
 }
 
 /** bwrap mount arguments for the top-level entries of the image root (/usr, /bin, /lib...). */
@@ -153,6 +214,7 @@ export function sandboxArgv(s: SandboxSpec): string[] {
     ...(s.caFile ? ['--ro-bind', s.caFile, '/etc/capsule-ca.pem'] : []),
     '--proc',
     '/proc',
+    ...(s.procMask ?? []),
     '--dev',
     '/dev',
     '--bind',

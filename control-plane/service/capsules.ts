@@ -4,6 +4,7 @@
 import { ApiError, invalid } from '../../shared/errors.js';
 import {
   RunnerError,
+  type CapsuleUsage,
   type ExecRequest,
   type ExecResult,
   type FileEntry,
@@ -90,6 +91,20 @@ export class CapsuleService {
       throw new ApiError('resource_not_found', `${form === 'session' ? 'session' : 'capsule'} not found`);
     }
     return c;
+  }
+
+  /**
+   * Storage (and memory) use of a live capsule as its runner measures it;
+   * null when the capsule is not live or the runner cannot say right now
+   * (a status read never fails because of it).
+   */
+  async usage(c: Capsule): Promise<CapsuleUsage | null> {
+    if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id) || !this.d.runner.usage) return null;
+    try {
+      return await this.d.runner.usage(c.id);
+    } catch {
+      return null;
+    }
   }
 
   /** A capsule an operation needs alive: destroyed or expiring ones give 410. */

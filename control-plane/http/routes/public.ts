@@ -102,15 +102,33 @@ export function publicRoutes(d: AppDeps): Router {
     await within(d.store.ping(), 2000).catch(() => {
       checks.database = 'unavailable';
     });
-    await within(d.runner.list(), 2000).catch(() => {
+    // The runner's hello carries what the node can still admit (memory committed to capsules).
+    const hello = await within(d.runner.hello(), 2000).catch(() => {
       checks.runner = 'unavailable';
+      return null;
     });
     if (checks.database !== 'ok' || checks.runner !== 'ok') {
       throw new ApiError('service_unavailable', `not ready: database ${checks.database}, runner ${checks.runner}`, {
         extra: { retry_after: 5 },
       });
     }
-    ctx.body = { status: 'ready', checks, timestamp: d.clock.nowIso() };
+    const c = hello?.capacity;
+    ctx.body = {
+      status: 'ready',
+      checks,
+      ...(c
+        ? {
+            capacity: {
+              memory_mb: c.memory_mb,
+              committed_mb: c.committed_mb,
+              free_mb: c.free_mb,
+              capsules: c.capsules,
+              max_capsules: c.max_capsules,
+            },
+          }
+        : {}),
+      timestamp: d.clock.nowIso(),
+    };
   });
 
   // Where every envelope's doc_url points: HTML, or JSON on request.
