@@ -193,7 +193,10 @@ export class DestructionService {
       return;
     }
     // The runner's recovery wipe, as it measured it, goes into the trail (signed through the root) and the evidence.
-    const recoveryWipe = lost ? { recovered_at: lost.recovered_at, wipe: lost.wipe } : null;
+    // `recovery` (processes killed, cgroup, tmpfs, egress socket clean-up) is absent only from older runners.
+    const recoveryWipe = lost
+      ? { recovered_at: lost.recovered_at, wipe: lost.wipe, ...(lost.recovery ? { recovery: lost.recovery } : {}) }
+      : null;
     if (recoveryWipe && !(await this.hasRecoveryEvent(c.id)))
       await this.d.store.appendActivity(c.id, 'RunnerRecoveryWipe', this.d.clock.nowIso(), {
         recovered_at: recoveryWipe.recovered_at,
