@@ -10,6 +10,7 @@ import { capsulefileRoutes } from './routes/capsulefiles.js';
 import { egressRoutes } from './routes/egress.js';
 import { publicRoutes } from './routes/public.js';
 import { sessionRoutes } from './routes/sessions.js';
+import { webhookRoutes } from './routes/webhooks.js';
 
 export type { AppDeps, HttpOptions } from './context.js';
 export { ERROR_TABLE, renderError } from './errors.js';
@@ -30,6 +31,7 @@ export function createApp(d: AppDeps): Koa {
     accountRoutes(d),
     usageRoutes(d),
     billingRoutes(d),
+    webhookRoutes(d),
   ]) {
     app.use(r.routes() as unknown as Koa.Middleware);
   }
