@@ -37,6 +37,6 @@ export async function openStores(db: DbConfig): Promise<Stores> {
     keys: new SqlKeyStore(orm),
     usage: new SqlUsageStore(orm),
     billing: new SqlBillingStore(orm),
-    webhooks: new SqlWebhookStore(orm),
+    webhooks: new SqlWebhookStore(orm, db.driver === 'postgresql'),
   };
 }

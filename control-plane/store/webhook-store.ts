@@ -151,7 +151,11 @@ export async function insertOutbox(em: SqlEntityManager, events: readonly Outbox
 }
 
 export class SqlWebhookStore implements WebhookStore {
-  constructor(private readonly orm: Orm) {}
+  /** `pg`: the database is PostgreSQL (claims use FOR UPDATE SKIP LOCKED). */
+  constructor(
+    private readonly orm: Orm,
+    private readonly pg: boolean,
+  ) {}
 
   private em(): SqlEntityManager {
     return this.orm.em.fork() as SqlEntityManager;
@@ -298,6 +302,18 @@ export class SqlWebhookStore implements WebhookStore {
       ? `and "endpoint_id" not in (${o.skipEndpoints.map(() => '?').join(', ')})`
       : '';
     // Fair selection: at most perEndpoint rows per endpoint, replays first, then oldest due.
+    // Rows another process leased between the select and the update are skipped; a round
+    // that lost every row to another process selects again (it sees their leases now).
+    for (let round = 0; round < 3; round++) {
+      const got = await this.claimRound(o, skip);
+      if (got === null) return [];
+      if (got.length > 0) return got;
+    }
+    return [];
+  }
+
+  /** One select-then-lease round; null when nothing is due. */
+  private async claimRound(o: ClaimOptions, skip: string): Promise<ClaimedDelivery[] | null> {
     const ids = await all<{ id: string }>(
       this.em(),
       `select "id" from (
@@ -306,12 +322,14 @@ export class SqlWebhookStore implements WebhookStore {
          from "webhook_deliveries"
          where "status" = 'pending' and "due_at" <= ? and ("lease_until" is null or "lease_until" < ?) ${skip}
        ) x where "rn" <= ? order by "replay" desc, "due_at", "id" limit ?`,
-      [o.nowIso, o.nowIso, ...o.skipEndpoints, o.perEndpoint, o.limit],
+      // More candidates than the limit, so rows another process is leasing right now can be skipped.
+      [o.nowIso, o.nowIso, ...o.skipEndpoints, o.perEndpoint, o.limit * 4],
     );
-    if (ids.length === 0) return [];
+    if (ids.length === 0) return null;
     return this.lease(
       ids.map((r) => r.id),
       o,
+      o.limit,
     );
   }
 
@@ -319,21 +337,27 @@ export class SqlWebhookStore implements WebhookStore {
     id: string,
     o: Pick<ClaimOptions, 'owner' | 'nowIso' | 'leaseUntilIso'>,
   ): Promise<ClaimedDelivery | null> {
-    return (await this.lease([id], o))[0] ?? null;
+    return (await this.lease([id], o, 1))[0] ?? null;
   }
 
   /** The claim itself: only rows still pending and unleased move; the ones that moved come back. */
   private async lease(
     ids: string[],
     o: Pick<ClaimOptions, 'owner' | 'nowIso' | 'leaseUntilIso'>,
+    limit: number,
   ): Promise<ClaimedDelivery[]> {
     const em = this.em();
+    // PostgreSQL: rows another transaction is claiming are skipped, not waited on (SKIP LOCKED);
+    // SQLite runs one writer at a time, so the statement alone is the claim. Either way the
+    // outer WHERE re-checks the lease on the row it updates.
+    const live = `"status" = 'pending' and ("lease_until" is null or "lease_until" < ?)`;
     const claimed = await all<{ id: string }>(
       em,
       `update "webhook_deliveries" set "lease_owner" = ?, "lease_until" = ?
-       where "id" in (${ids.map(() => '?').join(', ')}) and "status" = 'pending'
-         and ("lease_until" is null or "lease_until" < ?) returning "id"`,
-      [o.owner, o.leaseUntilIso, ...ids, o.nowIso],
+       where "id" in (select "id" from "webhook_deliveries" where "id" in (${ids.map(() => '?').join(', ')}) and ${live}
+         order by "replay" desc, "due_at", "id" limit ?${this.pg ? ' for update skip locked' : ''})
+         and ${live} returning "id"`,
+      [o.owner, o.leaseUntilIso, ...ids, o.nowIso, limit, o.nowIso],
     );
     if (claimed.length === 0) return [];
     const rows = await all<DeliveryRow & { url: string; secret_sealed: string; payload: string }>(
