@@ -129,8 +129,16 @@ export interface WebhookStore {
   ): Promise<WebhookEndpoint | null>;
   /** Removes the endpoint with its deliveries. */
   deleteEndpoint(id: string): Promise<boolean>;
-  /** Writes an event addressed to one endpoint only (webhook.test) and its first attempt; the attempt's id. */
-  insertDirectEvent(ev: OutboxEvent, endpointId: string): Promise<string>;
+  /**
+   * Writes an event addressed to one endpoint only (webhook.test) and its first
+   * attempt, already leased to `lease.owner` when given (the inline test
+   * delivery, which no other worker may take first); the attempt's id.
+   */
+  insertDirectEvent(
+    ev: OutboxEvent,
+    endpointId: string,
+    lease?: { owner: string; leaseUntilIso: string },
+  ): Promise<string>;
   getDelivery(id: string): Promise<WebhookDelivery | null>;
   /** Attempts to one endpoint, newest first. */
   listDeliveries(endpointId: string, limit: number, cursor: string | null): Promise<WebhookPage<WebhookDelivery>>;
@@ -139,7 +147,7 @@ export interface WebhookStore {
    * row set: a row leased by another process (lease not yet over) is never claimed.
    */
   claimDue(o: ClaimOptions): Promise<ClaimedDelivery[]>;
-  /** Claims one attempt by id (the inline test delivery); null when not pending or leased elsewhere. */
+  /** Claims one attempt by id (the inline test delivery); null when not pending or leased by another owner. */
   claimOne(id: string, o: Pick<ClaimOptions, 'owner' | 'nowIso' | 'leaseUntilIso'>): Promise<ClaimedDelivery | null>;
   /** Gives a claimed attempt back unsent (throttling); it stays pending. */
   releaseClaim(id: string, owner: string): Promise<void>;

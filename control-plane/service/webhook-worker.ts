@@ -139,7 +139,12 @@ export class WebhookWorker {
     if (throttle) bump(this.throttled, c.customer_id);
   }
 
-  /** Claims one attempt and sends it inline (POST /v1/webhooks/:id/test). */
+  /** A lease of this process from now (an attempt inserted already claimed). */
+  leaseNow(): { owner: string; leaseUntilIso: string } {
+    return { owner: this.owner, leaseUntilIso: isoMicros(this.d.clock.nowMs() + this.leaseMs) };
+  }
+
+  /** Claims one attempt (or takes one leased to this process) and sends it inline (POST /v1/webhooks/:id/test). */
   async deliverNow(deliveryId: string): Promise<void> {
     const nowMs = this.d.clock.nowMs();
     const c = await this.d.webhooks.store.claimOne(deliveryId, {

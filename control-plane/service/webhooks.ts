@@ -179,7 +179,8 @@ export class WebhookService {
       webhook_id: e.id,
       message: 'a test event sent with POST /v1/webhooks/:id/test',
     });
-    const deliveryId = await this.d.webhooks.store.insertDirectEvent(ev, e.id);
+    // Inserted already leased to this process: the background worker cannot take it first.
+    const deliveryId = await this.d.webhooks.store.insertDirectEvent(ev, e.id, this.worker?.leaseNow());
     if (this.worker) await this.worker.deliverNow(deliveryId);
     else this.d.webhooks.kick?.();
     const rec = await this.d.webhooks.store.getDelivery(deliveryId);

@@ -102,14 +102,27 @@ async function insertAttempt(
     due_at: string;
     created_at: string;
     replay: boolean;
+    lease?: { owner: string; leaseUntilIso: string } | undefined;
   },
 ): Promise<string> {
   const id = deliveryId(a.event_id, a.endpoint_id, a.attempt);
   await run(
     em,
     `insert into "webhook_deliveries" ("id", "endpoint_id", "customer_id", "event_id", "event_type", "attempt_number",
-      "status", "due_at", "created_at", "replay") values (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)`,
-    [id, a.endpoint_id, a.customer_id, a.event_id, a.event_type, a.attempt, a.due_at, a.created_at, a.replay ? 1 : 0],
+      "status", "due_at", "created_at", "replay", "lease_owner", "lease_until") values (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)`,
+    [
+      id,
+      a.endpoint_id,
+      a.customer_id,
+      a.event_id,
+      a.event_type,
+      a.attempt,
+      a.due_at,
+      a.created_at,
+      a.replay ? 1 : 0,
+      a.lease?.owner ?? null,
+      a.lease?.leaseUntilIso ?? null,
+    ],
   );
   return id;
 }
@@ -233,7 +246,11 @@ export class SqlWebhookStore implements WebhookStore {
     });
   }
 
-  async insertDirectEvent(ev: OutboxEvent, endpointId: string): Promise<string> {
+  async insertDirectEvent(
+    ev: OutboxEvent,
+    endpointId: string,
+    lease?: { owner: string; leaseUntilIso: string },
+  ): Promise<string> {
     return this.em().transactional(async (em) => {
       await run(
         em,
@@ -249,6 +266,7 @@ export class SqlWebhookStore implements WebhookStore {
         due_at: ev.created_at,
         created_at: ev.created_at,
         replay: false,
+        lease,
       });
     });
   }
@@ -337,7 +355,7 @@ export class SqlWebhookStore implements WebhookStore {
     id: string,
     o: Pick<ClaimOptions, 'owner' | 'nowIso' | 'leaseUntilIso'>,
   ): Promise<ClaimedDelivery | null> {
-    return (await this.lease([id], o, 1))[0] ?? null;
+    return (await this.lease([id], o, 1, true))[0] ?? null;
   }
 
   /** The claim itself: only rows still pending and unleased move; the ones that moved come back. */
@@ -345,19 +363,22 @@ export class SqlWebhookStore implements WebhookStore {
     ids: string[],
     o: Pick<ClaimOptions, 'owner' | 'nowIso' | 'leaseUntilIso'>,
     limit: number,
+    /** Also take rows this owner already leases (claimOne of a pre-leased attempt). */
+    own = false,
   ): Promise<ClaimedDelivery[]> {
     const em = this.em();
     // PostgreSQL: rows another transaction is claiming are skipped, not waited on (SKIP LOCKED);
     // SQLite runs one writer at a time, so the statement alone is the claim. Either way the
     // outer WHERE re-checks the lease on the row it updates.
-    const live = `"status" = 'pending' and ("lease_until" is null or "lease_until" < ?)`;
+    const live = `"status" = 'pending' and ("lease_until" is null or "lease_until" < ?${own ? ' or "lease_owner" = ?' : ''})`;
+    const liveParams = own ? [o.nowIso, o.owner] : [o.nowIso];
     const claimed = await all<{ id: string }>(
       em,
       `update "webhook_deliveries" set "lease_owner" = ?, "lease_until" = ?
        where "id" in (select "id" from "webhook_deliveries" where "id" in (${ids.map(() => '?').join(', ')}) and ${live}
          order by "replay" desc, "due_at", "id" limit ?${this.pg ? ' for update skip locked' : ''})
          and ${live} returning "id"`,
-      [o.owner, o.leaseUntilIso, ...ids, o.nowIso, limit, o.nowIso],
+      [o.owner, o.leaseUntilIso, ...ids, ...liveParams, limit, ...liveParams],
     );
     if (claimed.length === 0) return [];
     const rows = await all<DeliveryRow & { url: string; secret_sealed: string; payload: string }>(
