@@ -224,6 +224,46 @@ for (const driver of DRIVERS) {
       t.ok(x.length > 0 && y.length > 0, `both claimed (${x.length} / ${y.length})`);
     });
 
+    await t.test('a slow receiver holds only its own slots: another account is not delayed', async (t) => {
+      rx.modes.set('/slow', 'hang');
+      rx.modes.set('/fast', 200);
+      const s = await start(driver, noRunner, env({ CAPSULE_WEBHOOK_TIMEOUT_MS: '3000' }), db);
+      t.teardown(s.close);
+      const slowU = await s.api.signup();
+      const fastU = await s.api.signup();
+      const mk = async (key: string, path: string): Promise<string> => {
+        const r = await s.api.req('POST', '/v1/webhooks', {
+          key,
+          json: { url: `${rx.base}${path}`, events: ['webhook.test'] },
+        });
+        return r.body.id;
+      };
+      const slowId = await mk(slowU.key, '/slow');
+      const fastId = await mk(fastU.key, '/fast');
+      const stores = await openStores(driver === 'sqlite' ? { driver, file: db.url.slice(5) } : { driver, url: db.url });
+      t.teardown(() => stores.store.close());
+      const put = async (customer: string, endpoint: string, id: string): Promise<void> => {
+        const at = isoMicros(Date.now());
+        await stores.webhooks.insertDirectEvent(
+          { id, customer_id: customer, type: 'webhook.test', created_at: at, payload: `{"id":"${id}"}` },
+          endpoint,
+        );
+      };
+      for (let i = 0; i < 40; i++) await put(slowU.customer_id, slowId, `evt_slow${String(i).padStart(6, '0')}`);
+      await rx.waitFor((r) => r.filter((x) => x.path === '/slow').length >= 2);
+      const sent = Date.now();
+      await put(fastU.customer_id, fastId, 'evt_fast000001');
+      await rx.waitFor((r) => r.some((x) => x.path === '/fast'), 2000);
+      const fast = rx.received.find((x) => x.path === '/fast')!;
+      t.ok(fast.at - sent < 500, `the other account's event arrived ${fast.at - sent} ms after its commit`);
+      t.equal(
+        rx.received.filter((x) => x.path === '/slow').length,
+        2,
+        'at most CAPSULE_WEBHOOK_PER_ENDPOINT (2) attempts in flight to the slow endpoint',
+      );
+      await s.close();
+    });
+
     await t.test('SIGKILL mid-delivery: the next process redelivers the same evt_ id', async (t) => {
       rx.modes.set('/kill', 'hang');
       const c = await spawnCp(env({ CAPSULE_WEBHOOK_TIMEOUT_MS: '30000' }));
