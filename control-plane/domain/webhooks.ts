@@ -116,6 +116,8 @@ export interface ClaimOptions {
   perEndpoint: number;
   /** Endpoints this process is already delivering to at its bound. */
   skipEndpoints: string[];
+  /** Accounts this process already holds its bound of attempts for. */
+  skipCustomers?: string[];
 }
 
 export interface WebhookStore {

@@ -25,26 +25,50 @@ const PRUNE_EVERY_MS = 3600_000;
 /** Non-replay attempts in flight per account while a replay of that account runs (throttled, not dropped). */
 const THROTTLED_PER_ACCOUNT = 1;
 
+/** Claimed attempts held per slot (waiting for a slot of their endpoint), so one claim feeds several sends. */
+const HOLD_PER_SLOT = 4;
+
+interface Held {
+  c: ClaimedDelivery;
+  throttle: boolean;
+  leaseUntilMs: number;
+}
+
 export class WebhookWorker {
   /** Lease holder id of this process. */
   readonly owner: string;
   private readonly queue: PQueue;
-  private readonly perEndpoint = new Map<string, number>();
+  /** Attempts sending, per endpoint and per account. */
+  private readonly sendingEp = new Map<string, number>();
+  private readonly sendingAcct = new Map<string, number>();
   private readonly throttled = new Map<string, number>();
+  /** Claimed attempts per endpoint and per account (sending or waiting). */
+  private readonly heldEp = new Map<string, number>();
+  private readonly heldAcct = new Map<string, number>();
+  /** Claimed attempts waiting for a slot, oldest claim first. */
+  private waiting: Held[] = [];
+  private sending = 0;
   private timer: NodeJS.Timeout | null = null;
   private ticking: Promise<void> | null = null;
   private again = false;
   private stopped = false;
   private lastPrune = 0;
+  /** Slots one endpoint and one account may use: never all of them, so one slow receiver cannot stall the others. */
+  private readonly epCap: number;
+  private readonly acctCap: number;
 
   constructor(private readonly d: Deps) {
     this.owner = newId('wkr_', d.random, 8);
-    this.queue = new PQueue({ concurrency: Math.max(1, d.webhooks.concurrency) });
+    const c = Math.max(1, d.webhooks.concurrency);
+    this.queue = new PQueue({ concurrency: c });
+    const half = Math.max(1, Math.floor(c / 2));
+    this.acctCap = half;
+    this.epCap = Math.min(d.webhooks.perEndpoint, half);
   }
 
   /** The lease outlives one attempt's timeout with margin: a live attempt is never claimed twice. */
   private get leaseMs(): number {
-    return this.d.webhooks.timeoutMs * 2 + 30_000;
+    return this.d.webhooks.timeoutMs * (HOLD_PER_SLOT + 1) + 30_000;
   }
 
   start(): void {
@@ -66,10 +90,6 @@ export class WebhookWorker {
     });
   }
 
-  private inflight(): number {
-    return this.queue.pending + this.queue.size;
-  }
-
   private async loop(): Promise<void> {
     do {
       this.again = false;
@@ -82,61 +102,103 @@ export class WebhookWorker {
     } while (this.again && !this.stopped);
   }
 
+  private held(): number {
+    return this.sending + this.waiting.length;
+  }
+
   private async tick(): Promise<void> {
     const nowMs = this.d.clock.nowMs();
     if (nowMs - this.lastPrune > PRUNE_EVERY_MS) {
       this.lastPrune = nowMs;
       await this.d.webhooks.store.prune(isoMicros(nowMs - WEBHOOK_RETENTION_MS));
     }
-    const free = this.d.webhooks.concurrency - this.inflight();
+    const c = this.d.webhooks.concurrency;
+    const free = c * HOLD_PER_SLOT - this.held();
     if (free <= 0) return;
-    const cap = this.d.webhooks.perEndpoint;
-    const busy = [...this.perEndpoint].filter(([, n]) => n >= cap).map(([id]) => id);
+    const epHold = this.epCap * HOLD_PER_SLOT;
+    const acctHold = this.acctCap * HOLD_PER_SLOT;
+    const full = (m: Map<string, number>, cap: number): string[] => [...m].filter(([, n]) => n >= cap).map(([k]) => k);
     const claimed = await this.d.webhooks.store.claimDue({
       owner: this.owner,
       nowIso: isoMicros(nowMs),
       leaseUntilIso: isoMicros(nowMs + this.leaseMs),
       limit: free,
-      perEndpoint: cap,
-      skipEndpoints: busy,
+      perEndpoint: epHold,
+      skipEndpoints: full(this.heldEp, epHold),
+      skipCustomers: full(this.heldAcct, acctHold),
     });
     if (claimed.length === 0) return;
-    const replaying = claimed.some((c) => !c.replay)
+    const replaying = claimed.some((x) => !x.replay)
       ? new Set(await this.d.webhooks.store.accountsReplaying())
       : new Set<string>();
-    let started = 0;
-    for (const c of claimed) {
-      const throttle = !c.replay && replaying.has(c.customer_id);
-      if (
-        (this.perEndpoint.get(c.endpoint_id) ?? 0) >= cap ||
-        (throttle && (this.throttled.get(c.customer_id) ?? 0) >= THROTTLED_PER_ACCOUNT)
-      ) {
-        await this.d.webhooks.store.releaseClaim(c.id, this.owner);
+    let kept = 0;
+    for (const x of claimed) {
+      if ((this.heldEp.get(x.endpoint_id) ?? 0) >= epHold || (this.heldAcct.get(x.customer_id) ?? 0) >= acctHold) {
+        await this.d.webhooks.store.releaseClaim(x.id, this.owner);
         continue;
       }
-      started++;
-      this.track(c, throttle, +1);
-      void this.queue.add(async () => {
-        try {
-          await this.attempt(c);
-        } finally {
-          this.track(c, throttle, -1);
-          this.kick();
-        }
+      kept++;
+      bump(this.heldEp, x.endpoint_id, 1);
+      bump(this.heldAcct, x.customer_id, 1);
+      this.waiting.push({
+        c: x,
+        throttle: !x.replay && replaying.has(x.customer_id),
+        leaseUntilMs: nowMs + this.leaseMs,
       });
     }
+    this.pump();
     // A full batch means more may be due now.
-    if (started > 0 && claimed.length >= free) this.again = true;
+    if (kept > 0 && claimed.length >= free) this.again = true;
   }
 
-  private track(c: ClaimedDelivery, throttle: boolean, by: 1 | -1): void {
-    const bump = (m: Map<string, number>, k: string): void => {
-      const n = (m.get(k) ?? 0) + by;
-      if (n <= 0) m.delete(k);
-      else m.set(k, n);
-    };
-    bump(this.perEndpoint, c.endpoint_id);
-    if (throttle) bump(this.throttled, c.customer_id);
+  /** Starts every waiting attempt whose endpoint, account and the process have a free slot. */
+  private pump(): void {
+    if (this.waiting.length === 0) return;
+    const c = this.d.webhooks.concurrency;
+    const rest: Held[] = [];
+    for (const h of this.waiting) {
+      const x = h.c;
+      if (
+        this.stopped ||
+        this.sending >= c ||
+        (this.sendingEp.get(x.endpoint_id) ?? 0) >= this.epCap ||
+        (this.sendingAcct.get(x.customer_id) ?? 0) >= this.acctCap ||
+        (h.throttle && (this.throttled.get(x.customer_id) ?? 0) >= THROTTLED_PER_ACCOUNT)
+      ) {
+        rest.push(h);
+        continue;
+      }
+      this.send(h);
+    }
+    this.waiting = rest;
+  }
+
+  private send(h: Held): void {
+    const x = h.c;
+    this.sending++;
+    bump(this.sendingEp, x.endpoint_id, 1);
+    bump(this.sendingAcct, x.customer_id, 1);
+    if (h.throttle) bump(this.throttled, x.customer_id, 1);
+    void this.queue.add(async () => {
+      try {
+        // A claim that waited too long to finish inside its lease goes back unsent.
+        if (this.d.clock.nowMs() + this.d.webhooks.timeoutMs + 5000 > h.leaseUntilMs)
+          await this.d.webhooks.store.releaseClaim(x.id, this.owner);
+        else await this.attempt(x);
+      } catch (e) {
+        this.d.log.error({ err: e, delivery_id: x.id }, 'webhook attempt could not be recorded');
+      } finally {
+        this.sending--;
+        bump(this.sendingEp, x.endpoint_id, -1);
+        bump(this.sendingAcct, x.customer_id, -1);
+        bump(this.heldEp, x.endpoint_id, -1);
+        bump(this.heldAcct, x.customer_id, -1);
+        if (h.throttle) bump(this.throttled, x.customer_id, -1);
+        this.pump();
+        // Claim again once the held attempts run low (not after every send: a claim reads the whole due set).
+        if (this.waiting.length <= this.sending) this.kick();
+      }
+    });
   }
 
   /** A lease of this process from now (an attempt inserted already claimed). */
@@ -153,12 +215,7 @@ export class WebhookWorker {
       leaseUntilIso: isoMicros(nowMs + this.leaseMs),
     });
     if (!c) return;
-    this.track(c, false, +1);
-    try {
-      await this.attempt(c);
-    } finally {
-      this.track(c, false, -1);
-    }
+    await this.attempt(c);
   }
 
   /** Signs, sends and records one claimed attempt. */
@@ -229,6 +286,16 @@ export class WebhookWorker {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await this.ticking;
+    // Claimed but unsent attempts go back to the outbox for another process.
+    const waiting = this.waiting;
+    this.waiting = [];
+    for (const h of waiting) await this.d.webhooks.store.releaseClaim(h.c.id, this.owner).catch(() => undefined);
     await this.queue.onIdle();
   }
+}
+
+function bump(m: Map<string, number>, k: string, by: number): void {
+  const n = (m.get(k) ?? 0) + by;
+  if (n <= 0) m.delete(k);
+  else m.set(k, n);
 }

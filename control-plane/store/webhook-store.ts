@@ -316,9 +316,10 @@ export class SqlWebhookStore implements WebhookStore {
 
   async claimDue(o: ClaimOptions): Promise<ClaimedDelivery[]> {
     if (o.limit <= 0) return [];
-    const skip = o.skipEndpoints.length
-      ? `and "endpoint_id" not in (${o.skipEndpoints.map(() => '?').join(', ')})`
-      : '';
+    const skipC = o.skipCustomers ?? [];
+    const skip =
+      (o.skipEndpoints.length ? `and "endpoint_id" not in (${o.skipEndpoints.map(() => '?').join(', ')})` : '') +
+      (skipC.length ? ` and "customer_id" not in (${skipC.map(() => '?').join(', ')})` : '');
     // Fair selection: at most perEndpoint rows per endpoint, replays first, then oldest due.
     // Rows another process leased between the select and the update are skipped; a round
     // that lost every row to another process selects again (it sees their leases now).
@@ -341,7 +342,7 @@ export class SqlWebhookStore implements WebhookStore {
          where "status" = 'pending' and "due_at" <= ? and ("lease_until" is null or "lease_until" < ?) ${skip}
        ) x where "rn" <= ? order by "replay" desc, "due_at", "id" limit ?`,
       // More candidates than the limit, so rows another process is leasing right now can be skipped.
-      [o.nowIso, o.nowIso, ...o.skipEndpoints, o.perEndpoint, o.limit * 4],
+      [o.nowIso, o.nowIso, ...o.skipEndpoints, ...(o.skipCustomers ?? []), o.perEndpoint, o.limit * 4],
     );
     if (ids.length === 0) return null;
     return this.lease(

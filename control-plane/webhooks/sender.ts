@@ -116,7 +116,6 @@ export class HttpsWebhookSender implements WebhookSender {
         method: 'POST',
         headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) },
         agent: tls ? this.https : this.http,
-        ...(tls && this.ca ? { ca: this.ca } : {}),
         ...(tls && !isIP(host) ? { servername: host } : {}),
         // The connection goes to the address checked above, whatever DNS answers now.
         lookup: ((_h: string, opts: { all?: boolean }, cb: (...a: unknown[]) => void) => {

@@ -240,7 +240,9 @@ for (const driver of DRIVERS) {
       };
       const slowId = await mk(slowU.key, '/slow');
       const fastId = await mk(fastU.key, '/fast');
-      const stores = await openStores(driver === 'sqlite' ? { driver, file: db.url.slice(5) } : { driver, url: db.url });
+      const stores = await openStores(
+        driver === 'sqlite' ? { driver, file: db.url.slice(5) } : { driver, url: db.url },
+      );
       t.teardown(() => stores.store.close());
       const put = async (customer: string, endpoint: string, id: string): Promise<void> => {
         const at = isoMicros(Date.now());
