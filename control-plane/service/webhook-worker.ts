@@ -60,7 +60,8 @@ export class WebhookWorker {
   constructor(private readonly d: Deps) {
     this.owner = newId('wkr_', d.random, 8);
     const c = Math.max(1, d.webhooks.concurrency);
-    this.queue = new PQueue({ concurrency: c });
+    // Sends are bounded by the slot counters below; the queue also runs the records that follow them.
+    this.queue = new PQueue({ concurrency: c * 2 });
     const half = Math.max(1, Math.floor(c / 2));
     this.acctCap = half;
     this.epCap = Math.min(d.webhooks.perEndpoint, half);
@@ -179,18 +180,27 @@ export class WebhookWorker {
     bump(this.sendingEp, x.endpoint_id, 1);
     bump(this.sendingAcct, x.customer_id, 1);
     if (h.throttle) bump(this.throttled, x.customer_id, 1);
+    // The slot is the receiver's: it frees when the response is in, and the record is written
+    // while the next attempt to that endpoint is already on its way.
+    let freed = false;
+    const free = (): void => {
+      if (freed) return;
+      freed = true;
+      this.sending--;
+      bump(this.sendingEp, x.endpoint_id, -1);
+      bump(this.sendingAcct, x.customer_id, -1);
+      this.pump();
+    };
     void this.queue.add(async () => {
       try {
         // A claim that waited too long to finish inside its lease goes back unsent.
         if (this.d.clock.nowMs() + this.d.webhooks.timeoutMs + 5000 > h.leaseUntilMs)
           await this.d.webhooks.store.releaseClaim(x.id, this.owner);
-        else await this.attempt(x);
+        else await this.attempt(x, free);
       } catch (e) {
         this.d.log.error({ err: e, delivery_id: x.id }, 'webhook attempt could not be recorded');
       } finally {
-        this.sending--;
-        bump(this.sendingEp, x.endpoint_id, -1);
-        bump(this.sendingAcct, x.customer_id, -1);
+        free();
         bump(this.heldEp, x.endpoint_id, -1);
         bump(this.heldAcct, x.customer_id, -1);
         if (h.throttle) bump(this.throttled, x.customer_id, -1);
@@ -219,7 +229,7 @@ export class WebhookWorker {
   }
 
   /** Signs, sends and records one claimed attempt. */
-  private async attempt(c: ClaimedDelivery): Promise<void> {
+  private async attempt(c: ClaimedDelivery, sent: () => void = () => undefined): Promise<void> {
     let secret: string;
     try {
       secret = this.d.secrets.openString(c.secret_sealed, webhookSecretContext(c.endpoint_id));
@@ -239,6 +249,7 @@ export class WebhookWorker {
       'Svc-Webhook-Attempt': String(c.attempt_number),
     };
     const res = await this.d.webhooks.sender.send(c.url, headers, c.payload, this.d.webhooks.timeoutMs);
+    sent();
     await this.record(c, res);
   }
 
