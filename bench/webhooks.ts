@@ -12,7 +12,7 @@ import { Agent, request } from 'node:https';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { performance } from 'node:perf_hooks';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { isoMicros } from '../shared/time.js';
 import { RunnerClient } from '../shared/node/runner-client.js';
 import { openStores, type Stores } from '../control-plane/store/index.js';
@@ -120,10 +120,15 @@ async function run(driver: Driver, conc: number): Promise<void> {
     const a = await mk('/a');
     // Throughput: every event committed first, then the worker drains them.
     for (let i = 0; i < EVENTS; i++) await commit(stores, a.customer, a.endpoint, `evt_t${i}`);
+    const loopDelay = monitorEventLoopDelay({ resolution: 5 });
+    loopDelay.enable();
     const t0 = performance.now();
     kick();
     await rx.waitFor((r) => r.filter((x) => x.path === '/a').length >= EVENTS, 600_000);
     const rate = EVENTS / ((performance.now() - t0) / 1000);
+    const conns = rx.connections;
+    loopDelay.disable();
+    const lagMs = loopDelay.mean / 1e6;
     const bare = await bareLoop(rx, EVENTS, conc);
     const sendMs = (
       await dbQuery(
@@ -155,7 +160,7 @@ async function run(driver: Driver, conc: number): Promise<void> {
     const busy = await lat('/m', await mk('/m'), 200);
     console.log(
       `${driver.padEnd(10)} per-endpoint ${String(conc).padStart(2)}: ${f1(rate)} deliveries/s vs bare ${f1(bare)}/s = ${(rate / bare).toFixed(2)}x;` +
-        ` (mean send ${Number(sendMs).toFixed(1)} ms);` +
+        ` (mean send ${Number(sendMs).toFixed(1)} ms, event-loop delay mean ${lagMs.toFixed(1)} ms, ${conns} TLS connections);` +
         ` commit->receiver p50 ${pct(quiet, 50)} ms p99 ${pct(quiet, 99)} ms;` +
         ` with another account's receiver hanging p50 ${pct(busy, 50)} ms p99 ${pct(busy, 99)} ms`,
     );

@@ -10,7 +10,7 @@ import type { LookupAddress } from 'node:dns';
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { isIP } from 'node:net';
-import { rootCertificates } from 'node:tls';
+import { createSecureContext, rootCertificates } from 'node:tls';
 import { addressClass, parseIp } from '../../egress-proxy/index.js';
 import { WEBHOOK_RESPONSE_BODY_MAX, type WebhookSender, type WebhookSendResult } from '../domain/index.js';
 
@@ -44,7 +44,13 @@ export class HttpsWebhookSender implements WebhookSender {
   constructor(private readonly o: WebhookSenderOptions) {
     this.ca = o.extraCaPem ? [...rootCertificates, o.extraCaPem] : undefined;
     const sockets = o.maxSocketsPerHost ?? 64;
-    this.https = new HttpsAgent({ keepAlive: true, maxSockets: sockets, ...(this.ca ? { ca: this.ca } : {}) });
+    // One TLS context for every connection: parsing the system roots plus the extra anchors per
+    // connection cost milliseconds of event-loop time each (measured in docs/PERFORMANCE.md).
+    this.https = new HttpsAgent({
+      keepAlive: true,
+      maxSockets: sockets,
+      ...(this.ca ? { secureContext: createSecureContext({ ca: this.ca }) } : {}),
+    });
     this.http = new HttpAgent({ keepAlive: true, maxSockets: sockets });
     this.resolve = o.resolver ?? systemResolver;
   }

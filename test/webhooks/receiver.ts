@@ -45,6 +45,8 @@ export interface Receiver {
   port: number;
   caFile: string;
   received: Received[];
+  /** TLS connections accepted so far. */
+  connections: number;
   modes: Map<string, Mode>;
   /** Endpoint secrets per path, for signature checks. */
   secrets: Map<string, string>;
@@ -68,6 +70,7 @@ export async function startReceiver(): Promise<Receiver> {
     port: 0,
     caFile,
     received,
+    connections: 0,
     modes,
     secrets,
     nowS: () => Math.floor(Date.now() / 1000),
@@ -126,6 +129,7 @@ export async function startReceiver(): Promise<Receiver> {
         .end(mode >= 300 ? `failing with ${mode} ${'x'.repeat(3000)}` : 'ok');
     });
   });
+  server.on('secureConnection', () => rx.connections++);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   rx.port = (server.address() as AddressInfo).port;
   rx.base = `https://127.0.0.1:${rx.port}`;
