@@ -485,3 +485,27 @@ for (const driver of DRIVERS) {
     t.equal(rx.received.length, 0, 'the loopback receiver was never reached');
   });
 }
+
+t.test('operator settings are validated at start, naming the variable', async (t) => {
+  const { loadConfig } = await import('../../control-plane/config.js');
+  const rx = await startReceiver();
+  t.teardown(() => rx.close());
+  const base = { CAPSULE_DATA_DIR: tmpdir() };
+  t.throws(() => loadConfig({ ...base, CAPSULE_WEBHOOK_EXTRA_CA: rx.caFile }), /^CAPSULE_WEBHOOK_EXTRA_CA: only with/);
+  t.throws(
+    () => loadConfig({ ...base, CAPSULE_WEBHOOK_ALLOW_PRIVATE: '1', CAPSULE_WEBHOOK_EXTRA_CA: '/nonexistent.pem' }),
+    /^CAPSULE_WEBHOOK_EXTRA_CA \(\/nonexistent\.pem\)/,
+  );
+  t.throws(() => loadConfig({ ...base, CAPSULE_WEBHOOK_ALLOW_PRIVATE: 'maybe' }), /^CAPSULE_WEBHOOK_ALLOW_PRIVATE/);
+  t.throws(() => loadConfig({ ...base, CAPSULE_WEBHOOK_TIMEOUT_MS: '5' }), /^CAPSULE_WEBHOOK_TIMEOUT_MS: an integer/);
+  t.throws(() => loadConfig({ ...base, CAPSULE_WEBHOOK_CONCURRENCY: '-1' }), /^CAPSULE_WEBHOOK_CONCURRENCY/);
+  const c = loadConfig({ ...base, CAPSULE_WEBHOOK_ALLOW_PRIVATE: '1', CAPSULE_WEBHOOK_EXTRA_CA: rx.caFile });
+  t.equal(c.webhooks.allowPrivate, true);
+  t.match(c.webhooks.extraCaPem, /BEGIN CERTIFICATE/);
+  const d = loadConfig(base);
+  t.same(
+    [d.webhooks.allowPrivate, d.webhooks.timeoutMs, d.webhooks.concurrency, d.webhooks.perEndpoint],
+    [false, 10_000, 16, 2],
+    'defaults',
+  );
+});
