@@ -105,6 +105,22 @@ for (const driver of DRIVERS) {
       t.match(r.body.created_at, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/);
       secrets.push(r.body.signing_secret);
       const id = r.body.id;
+      // No idempotent replay of a response that holds the secret: nothing stored for the key.
+      const idem = await api.req('POST', '/v1/webhooks', {
+        key: bob.key,
+        json: { url: `${rx.base}/idem`, events: ['webhook.test'] },
+        headers: { 'idempotency-key': 'wh-create-1' },
+      });
+      t.equal(idem.status, 201);
+      secrets.push(idem.body.signing_secret);
+      const stored = await dbQuery(
+        driver,
+        s.db,
+        'select count(*) as "n" from "idempotency_keys" where "idem_key" = ?',
+        ['wh-create-1'],
+      );
+      t.equal(Number(stored[0].n), 0, 'the create response (with its secret) is not stored for replay');
+      await api.req('DELETE', `/v1/webhooks/${idem.body.id}`, { key: bob.key });
       const rows = await dbQuery(driver, s.db, 'select "secret_sealed" from "webhook_endpoints" where "id" = ?', [id]);
       t.match(rows[0].secret_sealed, /^env1\.[0-9a-f]{16}\./, 'sealed with the envelope module');
       t.notOk(String(rows[0].secret_sealed).includes(r.body.signing_secret.slice(6)), 'not stored in the clear');

@@ -6,7 +6,7 @@ import Router from '@koa/router';
 import type { WebhookDelivery, WebhookEndpoint } from '../../domain/index.js';
 import { caller, type AppDeps, type Ctx, type Mw } from '../context.js';
 import { requireMfa } from '../mfa.js';
-import { auth, idempotent, json } from '../middleware.js';
+import { auth, json } from '../middleware.js';
 import { paging } from '../paging.js';
 
 const ENDPOINT_CURSOR_RE = /^[0-9TZ:.-]{20,40}\|whse_[0-9a-f]{24}$/;
@@ -50,7 +50,8 @@ export function webhookRoutes(d: AppDeps): Router {
     await next();
   };
 
-  r.post('/v1/webhooks', a, mfa, idempotent(d), async (ctx: Ctx) => {
+  // No Idempotency-Key replay here: the stored response would keep the signing secret in the clear for 24 h.
+  r.post('/v1/webhooks', a, mfa, async (ctx: Ctx) => {
     const { endpoint, signing_secret } = await s.create(caller(ctx), await body(ctx));
     ctx.status = 201;
     ctx.set('Location', `/v1/webhooks/${endpoint.id}`);
