@@ -5,7 +5,7 @@
 // or unreadable input (one-line message, never a stack trace).
 import { closeSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
 import { createNodeCrypto } from '../shared/node/crypto-node.js';
-import { STAGE_NAMES, type TrustManifest, type VerifyResult } from '../shared/proof/index.js';
+import { STAGE_NAMES, verdictLine, type TrustManifest, type VerifyResult } from '../shared/proof/index.js';
 import {
   itemsOf,
   jsonErrorReason,
@@ -156,13 +156,7 @@ async function verifyInput(path: string, manifest: TrustManifest | undefined): P
 
 function describe(v: Verdict): string {
   const r: VerifyResult = v.result;
-  if (r.valid) {
-    const notes = [`${r.checks.step_count} steps`, r.checks.algorithm];
-    if (r.completeness === 'partial') notes.unshift('partial proof: integrity of the document only');
-    if (r.checks.chain_recomputed === false)
-      notes.push('legacy session form: chain hashes taken from the document, not recomputed');
-    return `${v.label}: AuditProof verified (${notes.join(', ')})`;
-  }
+  if (r.valid) return `${v.label}: ${verdictLine(r)} (${r.checks.step_count} steps, ${r.checks.algorithm})`;
   const stage = STAGE_NAMES[r.stage_reached] ?? 'unknown';
   return `${v.label}: AuditProof NOT verified: stage ${r.stage_reached} (${stage}) failed: ${r.failure_reason.type}/${r.failure_reason.reason}`;
 }

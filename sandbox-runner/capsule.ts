@@ -13,6 +13,7 @@ import {
   type ExecResult,
   type FileEntry,
   type HostFacts,
+  type ListedFile,
 } from '../shared/runner-protocol.js';
 import {
   groupPids,
@@ -26,11 +27,12 @@ import type { Clock, Random } from './clock.js';
 import type { RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
 import { prepareExec, runExec, type Prepared, type SandboxObservation } from './exec.js';
-import { listRegular, readRegular, validateFilename, writeFileInto } from './files.js';
+import { validateFilename, writeFileInto } from './files.js';
 import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
 import { baseEnv, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
+import { FileWorkers } from './offloop.js';
 import { wipeAndZeroize } from './wipe.js';
 import {
   attachEgress,
@@ -138,6 +140,8 @@ export class CapsuleManager {
   /** Ids whose create is in progress (create awaits the egress relay). */
   private readonly creating = new Set<string>();
   private shuttingDown = false;
+  /** Listing, reads and wipes run in worker threads, never on this event loop. */
+  private readonly files = new FileWorkers();
 
   constructor(private readonly d: ManagerDeps) {
     mkdirSync(capsulesDir(d.config.stateDir), { recursive: true, mode: 0o711 });
@@ -230,7 +234,8 @@ export class CapsuleManager {
           const app = join(tmpfsDir, 'app');
           mkdirSync(app, { mode: 0o755 });
           for (const a of apps) {
-            writeFileInto(app, a.name, a.bytes, 0, 'app_files.filename');
+            // No entry is returned for app files: skip hashing them (SHA-512 of up to the tmpfs size).
+            writeFileInto(app, a.name, a.bytes, 0, 'app_files.filename', false);
           }
         }
         this.d.cgroups.create(id, {
@@ -424,27 +429,37 @@ export class CapsuleManager {
     return p;
   }
 
-  upload(params: { capsule_id: string; filename: string }, body: Buffer): FileEntry {
+  async upload(params: { capsule_id: string; filename: string }, body: Buffer): Promise<FileEntry> {
     try {
       const c = this.get(params?.capsule_id);
       const name = validateFilename(params.filename);
       if (body.length > this.d.config.bounds.maxUploadBytes)
         throw new RunnerError('too_large', `body: larger than ${this.d.config.bounds.maxUploadBytes} bytes`);
-      return writeFileInto(join(c.record.tmpfs_dir, 'input'), name, body, c.record.host_uid);
+      // Written and hashed in a worker (100 MiB would hold this loop for about half a second).
+      return await this.files.write(
+        c.record.capsule_id,
+        join(c.record.tmpfs_dir, 'input'),
+        name,
+        body,
+        c.record.host_uid,
+      );
     } finally {
       body.fill(0); // also when refused: the customer's bytes never outlive the call
     }
   }
 
-  listOutput(params: { capsule_id: string }): { files: FileEntry[] } {
+  async listOutput(params: { capsule_id: string }): Promise<{ files: ListedFile[] }> {
     const c = this.get(params?.capsule_id);
-    return { files: listRegular(join(c.record.tmpfs_dir, 'output')) };
+    // Hash at most what the tmpfs can hold: more can only be holes of sparse files.
+    const budget = this.d.config.bounds.tmpfsMb * 1024 * 1024;
+    return { files: await this.files.list(c.record.capsule_id, join(c.record.tmpfs_dir, 'output'), budget) };
   }
 
-  readOutput(params: { capsule_id: string; filename: string }): { entry: FileEntry; bytes: Buffer } {
+  async readOutput(params: { capsule_id: string; filename: string }): Promise<{ entry: FileEntry; bytes: Buffer }> {
     const c = this.get(params?.capsule_id);
     const name = validateFilename(params.filename);
-    return readRegular(join(c.record.tmpfs_dir, 'output'), name, this.d.config.bounds.maxReadBytes);
+    const dir = join(c.record.tmpfs_dir, 'output');
+    return this.files.read(c.record.capsule_id, dir, name, this.d.config.bounds.maxReadBytes);
   }
 
   async destroy(params: { capsule_id: string }): Promise<DestroyResult> {
@@ -484,7 +499,17 @@ export class CapsuleManager {
     const cgEmpty = await killGroup(r.cgroup);
     const egress = r.egress ? await detachEgress(r.egress) : null;
     const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
-    const wipe = wipeAndZeroize(r.tmpfs_dir, c.key);
+    let wipe: Awaited<ReturnType<FileWorkers['wipe']>>;
+    try {
+      wipe = await this.files.wipe(r.capsule_id, r.tmpfs_dir, c.key, { sparseHelper: this.d.config.wipeSparseHelper });
+    } catch (e) {
+      // No worker could run it: wipe here (blocks this loop, but the bytes are never left behind).
+      process.stderr.write(`runner: wipe worker failed (${(e as Error)?.message}); wiping on the main thread\n`);
+      // The capsule key was already zeroized when the job was handed over: this wipe keys a fresh one.
+      c.key.fill(0);
+      wipe = wipeAndZeroize(r.tmpfs_dir, this.d.random.bytes(32), { sparseHelper: this.d.config.wipeSparseHelper });
+      wipe.keyReadbackZero = wipe.keyReadbackZero && c.key.every((b) => b === 0);
+    }
     const keyZero = wipe.keyReadbackZero;
     const unmount = await this.d.mounter.unmount(r.tmpfs_dir);
     const unmounted = unmount.gone;
@@ -512,6 +537,11 @@ export class CapsuleManager {
       wipeRegions: wipe.regions,
       wipeSkippedNonRegular: wipe.skipped_non_regular,
       wipeErrors: wipe.errors,
+      wipeHardLinksDeduplicated: wipe.hard_links_deduplicated,
+      wipeNotOverwritten: wipe.not_overwritten,
+      wipeReason: wipe.reason,
+      tmpfsCapacityBytes: wipe.tmpfs_capacity_bytes,
+      tmpfsUsedBytes: wipe.tmpfs_used_bytes,
       key: { bytes: c.key.length, zeroized: true, readback_all_zero: keyZero },
       uid: {
         host_uid: r.host_uid,

@@ -46,6 +46,12 @@ export interface RunnerConfig {
    * test points it at a fake one (the runner then prints a warning).
    */
   procSwaps: string;
+  /**
+   * Wipe sparse files at their data extents through the python3 helper
+   * (default). false: the fallback a host without python3 takes (whole-file
+   * writes that can meet ENOSPC, stated in the evidence); tests use it.
+   */
+  wipeSparseHelper: boolean;
 }
 
 export class ConfigError extends Error {}
@@ -74,6 +80,7 @@ const KEYS = [
   'cpu_weight',
   'allow_swap_for_tests',
   'proc_swaps',
+  'wipe_sparse_helper',
 ] as const;
 type Key = (typeof KEYS)[number];
 
@@ -146,6 +153,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
   if (procSwaps !== PROC_SWAPS && !existsSync(procSwaps))
     throw new ConfigError(`proc_swaps: no such file ${procSwaps}`);
   const minMemoryMb = int(m, 'min_memory_mb', 16, 4, 1 << 20);
+  const sparse = m.get('wipe_sparse_helper');
+  if (sparse !== undefined && sparse !== '0' && sparse !== '1') throw new ConfigError('wipe_sparse_helper: 0 or 1');
   return {
     socketPath,
     stateDir,
@@ -172,5 +181,6 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
     },
     allowSwapForTests: swap === '1',
     procSwaps,
+    wipeSparseHelper: sparse !== '0',
   };
 }

@@ -17,6 +17,12 @@ export interface DestroyMeasurements {
   wipeRegions: number;
   wipeSkippedNonRegular: number;
   wipeErrors: string[];
+  wipeHardLinksDeduplicated: number;
+  wipeNotOverwritten: number;
+  /** Human sentence of what was not overwritten (or did not read back); null when complete. */
+  wipeReason: string | null;
+  tmpfsCapacityBytes: number;
+  tmpfsUsedBytes: number;
   key: { bytes: number; zeroized: boolean; readback_all_zero: boolean };
   uid: {
     host_uid: number;
@@ -90,22 +96,31 @@ function mountStep(m: DestroyMeasurements): StepEvidence {
 }
 
 export function buildEvidence(m: DestroyMeasurements): StepEvidence[] {
+  // The wipe happened in full only if nothing was left unwritten and every region read back as written.
+  const wipeComplete = m.wipeNotOverwritten === 0 && m.wipeErrors.length === 0 && m.wipe.readback_verified;
+  const wipeReason = wipeComplete ? {} : { reason: m.wipeReason ?? 'wipe incomplete' };
   return [
     namespaceStep(m),
     mountStep(m),
     {
       method: 'dod_5220_multipass_wipe',
-      performed: m.wipeErrors.length === 0,
-      scope: 'every regular file present in the capsule tmpfs at destroy time',
+      performed: wipeComplete,
+      ...wipeReason,
+      scope:
+        'every regular file present in the capsule tmpfs at destroy time, each inode once, the pages it holds (holes of sparse files hold none)',
       ...m.wipe,
       regions: m.wipeRegions,
       non_regular_skipped: m.wipeSkippedNonRegular,
+      hard_links_deduplicated: m.wipeHardLinksDeduplicated,
+      not_overwritten: m.wipeNotOverwritten,
+      tmpfs_capacity_bytes: m.tmpfsCapacityBytes,
+      tmpfs_used_bytes_before: m.tmpfsUsedBytes,
       errors: m.wipeErrors,
       command_was_running: m.commandWasRunning,
       host_swap_active: m.host.swap_active,
       host_init_on_free: m.host.init_on_free,
       not_covered:
-        'pages freed before destroy (deleted files, exited processes) are returned to the kernel without runner overwrite',
+        'pages freed before destroy (deleted files, exited processes) are returned to the kernel without runner overwrite; file names and symbolic link targets are removed with the tmpfs, not overwritten',
     },
     {
       key: 'capsule-scoped 32-byte AES-256 key held by the runner (keystream key of the random wipe pass)',
@@ -126,8 +141,9 @@ export function buildEvidence(m: DestroyMeasurements): StepEvidence[] {
     },
     {
       method: 'merkle_tree_verification',
-      performed: m.wipeErrors.length === 0,
-      tree: 'RFC 6962 SHA-512 over the read-back zero state of every wiped region (1 MiB regions, files in path order)',
+      performed: wipeComplete,
+      ...wipeReason,
+      tree: 'RFC 6962 SHA-512 over the read-back zero state of every wiped region (regions of at most 1 MiB of each file data, a sparse file by its data extents; files in path byte order, each inode once)',
       regions: m.wipeRegions,
       bytes: m.wipe.bytes_overwritten,
       zero_state_root: m.wipe.zero_state_root,

@@ -19,7 +19,7 @@ import {
   writeSync,
 } from 'node:fs';
 import { join } from 'node:path';
-import { RunnerError, type FileEntry } from '../shared/runner-protocol.js';
+import { RunnerError, type FileEntry, type ListedFile } from '../shared/runner-protocol.js';
 
 /** A single path component: no '/', no NUL, no control characters, not . or .., at most 255 bytes. */
 export function validateFilename(name: unknown, field = 'filename'): string {
@@ -120,12 +120,13 @@ function openRegular(path: string, field: string): OpenedRegular {
   return { fd, size: st.size };
 }
 
+/** SHA-512 of the first `size` bytes (the size fstat gave: a file growing meanwhile is not read for ever). */
 function hashFd(fd: number, size: number): string {
   const h = createHash('sha512');
   const buf = Buffer.allocUnsafe(Math.min(1024 * 1024, Math.max(size, 1)));
   let pos = 0;
-  for (;;) {
-    const n = readSync(fd, buf, 0, buf.length, pos);
+  while (pos < size) {
+    const n = readSync(fd, buf, 0, Math.min(buf.length, size - pos), pos);
     if (n === 0) break;
     h.update(buf.subarray(0, n));
     pos += n;
@@ -134,9 +135,17 @@ function hashFd(fd: number, size: number): string {
   return `sha512:${h.digest('hex')}`;
 }
 
-/** Regular files directly in dir, with size and sha512; anything else is skipped, never followed. */
-export function listRegular(dir: string): FileEntry[] {
-  const out: FileEntry[] = [];
+/**
+ * Regular files directly in dir, with size and sha512; anything else is
+ * skipped, never followed. Hashing reads at most hashBudget bytes in all
+ * (the caller passes what the tmpfs can hold): each inode is hashed once
+ * (hard links reuse its digest), and a file that would take the total past
+ * the budget (a sparse file larger than the tmpfs) is listed with sha512
+ * null instead of being read for ever. Synchronous: run it off the serving
+ * event loop (offloop.ts).
+ */
+export function listRegular(dir: string, hashBudget: number): ListedFile[] {
+  const out: ListedFile[] = [];
   let names: string[];
   try {
     names = readdirSync(dir, { withFileTypes: true })
@@ -146,17 +155,29 @@ export function listRegular(dir: string): FileEntry[] {
   } catch {
     return [];
   }
+  const digests = new Map<bigint, string>();
+  let budget = hashBudget;
   for (const name of names) {
-    let f: OpenedRegular;
+    let fd: number;
     try {
-      f = openRegular(join(dir, name), 'filename');
+      fd = openSync(join(dir, name), RO);
     } catch {
       continue; // replaced by a symlink/FIFO since readdir: skip it
     }
     try {
-      out.push({ filename: name, size_bytes: f.size, sha512: hashFd(f.fd, f.size) });
+      const st = fstatSync(fd, { bigint: true });
+      if (!st.isFile()) continue;
+      let digest = digests.get(st.ino) ?? null;
+      if (digest === null && st.size <= BigInt(budget)) {
+        budget -= Number(st.size);
+        digest = hashFd(fd, Number(st.size));
+        digests.set(st.ino, digest);
+      }
+      out.push({ filename: name, size_bytes: Number(st.size), sha512: digest });
+    } catch {
+      continue;
     } finally {
-      closeSync(f.fd);
+      closeSync(fd);
     }
   }
   return out;

@@ -24,10 +24,21 @@ export const BLOCK_FD = 6;
 
 /**
  * /etc entries a workload needs from the image (dynamic loader cache, TLS
- * roots, Debian alternatives links, time zone, NSS order). Nothing else of
+ * roots, Debian alternatives links, time zone, NSS order, the public service
+ * and protocol name tables getaddrinfo/getservbyname read). Nothing else of
  * the host /etc is visible.
  */
-const ETC_SUBSET = ['ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'alternatives', 'ssl', 'localtime', 'nsswitch.conf'];
+const ETC_SUBSET = [
+  'ld.so.cache',
+  'ld.so.conf',
+  'ld.so.conf.d',
+  'alternatives',
+  'ssl',
+  'localtime',
+  'nsswitch.conf',
+  'services',
+  'protocols',
+];
 
 /**
  * Builds the capsules' /etc for one image root once, at runner start: a copy
@@ -216,4 +227,71 @@ export function baseEnv(hostname: string): Record<string, string> {
     LANG: 'C.UTF-8',
     HOSTNAME: hostname,
   };
+}
+
+/** One filesystem entry bubblewrap sets up inside the sandbox, read back from its argv. */
+export interface SandboxMount {
+  /** The bwrap option: ro-bind, bind, symlink, proc, dev, tmpfs, remount-ro... */
+  kind: string;
+  /** Path inside the sandbox. */
+  dest: string;
+  /** Host source (binds) or link target (symlinks). */
+  source?: string;
+}
+
+const TWO_ARG_MOUNTS = new Set(['--ro-bind', '--bind', '--dev-bind', '--ro-bind-try', '--bind-try', '--symlink']);
+const ONE_ARG_MOUNTS = new Set(['--proc', '--dev', '--tmpfs', '--mqueue', '--dir', '--remount-ro']);
+/** Other bwrap options and how many values follow them (a value is never read as an option). */
+const OPTION_VALUES: Record<string, number> = {
+  '--setenv': 2,
+  '--chmod': 2,
+  '--file': 2,
+  '--bind-data': 2,
+  '--ro-bind-data': 2,
+  '--unsetenv': 1,
+  '--uid': 1,
+  '--gid': 1,
+  '--hostname': 1,
+  '--chdir': 1,
+  '--seccomp': 1,
+  '--add-seccomp-fd': 1,
+  '--info-fd': 1,
+  '--json-status-fd': 1,
+  '--block-fd': 1,
+  '--userns-block-fd': 1,
+  '--sync-fd': 1,
+  '--lock-file': 1,
+  '--cap-drop': 1,
+  '--cap-add': 1,
+  '--args': 1,
+  '--argv0': 1,
+  '--userns': 1,
+  '--userns2': 1,
+  '--pidns': 1,
+  '--exec-label': 1,
+  '--file-label': 1,
+  '--perms': 1,
+  '--size': 1,
+};
+
+/**
+ * The mounts of a sandbox argv in order (what docs/SECURITY.md lists and a
+ * test keeps in sync). Stops at `--`: what follows is the command.
+ */
+export function sandboxMounts(argv: string[]): SandboxMount[] {
+  const out: SandboxMount[] = [];
+  const start = argv.indexOf('bwrap');
+  for (let i = start + 1; i < argv.length && argv[i] !== '--'; i++) {
+    const a = argv[i]!;
+    if (TWO_ARG_MOUNTS.has(a)) {
+      out.push({ kind: a.slice(2), source: argv[i + 1]!, dest: argv[i + 2]! });
+      i += 2;
+    } else if (ONE_ARG_MOUNTS.has(a)) {
+      out.push({ kind: a.slice(2), dest: argv[i + 1]! });
+      i += 1;
+    } else {
+      i += OPTION_VALUES[a] ?? 0;
+    }
+  }
+  return out;
 }

@@ -4,7 +4,13 @@
 import { chmodSync, rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { DEFAULT_FRAME_LIMITS, encodeFrame, FrameDecoder } from '../shared/node/framing.js';
-import { RunnerError, type RunnerHello } from '../shared/runner-protocol.js';
+import {
+  describeIssue,
+  RUNNER_REQUEST_SCHEMAS,
+  RunnerError,
+  type RunnerHello,
+  type RunnerMethods,
+} from '../shared/runner-protocol.js';
 import type { CapsuleManager } from './capsule.js';
 
 export interface ServerDeps {
@@ -13,23 +19,36 @@ export interface ServerDeps {
   maxBodyBytes: number;
 }
 
-type Handler = (params: Record<string, unknown>, body: Buffer) => Promise<{ result: unknown; body?: Buffer }>;
+type Result = { result: unknown; body?: Buffer };
+type Handlers = { [K in keyof RunnerMethods]: (params: RunnerMethods[K][0], body: Buffer) => Promise<Result> };
 
-function handlers(d: ServerDeps): Record<string, Handler> {
+function handlers(d: ServerDeps): Handlers {
   const m = d.manager;
   return {
     hello: async () => ({ result: d.hello() }),
-    create: async (p) => ({ result: await m.create(p as never) }),
-    exec: async (p) => ({ result: await m.exec(p as never) }),
-    upload: async (p, body) => ({ result: m.upload(p as never, body) }),
-    list_output: async (p) => ({ result: m.listOutput(p as never) }),
+    create: async (p) => ({ result: await m.create(p) }),
+    exec: async (p) => ({ result: await m.exec(p) }),
+    upload: async (p, body) => ({ result: await m.upload(p, body) }),
+    list_output: async (p) => ({ result: await m.listOutput(p) }),
     read_output: async (p) => {
-      const r = m.readOutput(p as never);
+      const r = await m.readOutput(p);
       return { result: r.entry, body: r.bytes };
     },
-    destroy: async (p) => ({ result: await m.destroy(p as never) }),
+    destroy: async (p) => ({ result: await m.destroy(p) }),
     list: async () => ({ result: { capsules: m.ids() } }),
   };
+}
+
+/** Parses params with the method's schema, then calls its handler (the two typed together). */
+function dispatch<K extends keyof RunnerMethods>(
+  table: Handlers,
+  method: K,
+  params: unknown,
+  body: Buffer,
+): Promise<Result> {
+  const parsed = RUNNER_REQUEST_SCHEMAS[method].safeParse(params);
+  if (!parsed.success) return Promise.reject(new RunnerError('invalid', describeIssue(parsed.error)));
+  return table[method](parsed.data, body);
 }
 
 export function startServer(socketPath: string, d: ServerDeps): Promise<Server> {
@@ -68,8 +87,8 @@ export function startServer(socketPath: string, d: ServerDeps): Promise<Server> 
         const id = typeof header['id'] === 'number' ? header['id'] : null;
         const method = header['method'];
         const params = header['params'];
-        const h = typeof method === 'string' && Object.hasOwn(table, method) ? table[method] : undefined;
-        if (!h) {
+        const known = typeof method === 'string' && Object.hasOwn(table, method);
+        if (!known) {
           send({
             id,
             ok: false,
@@ -81,7 +100,13 @@ export function startServer(socketPath: string, d: ServerDeps): Promise<Server> 
           send({ id, ok: false, error: { code: 'invalid', message: 'params: must be an object' } });
           continue;
         }
-        h(params as Record<string, unknown>, body).then(
+        if (ev.frame.badTextField !== undefined) {
+          // Names (filename) and commands are bytes on disk and in argv: refused, never repaired with U+FFFD.
+          const field = ev.frame.badTextField.replace(/^params\./, '');
+          send({ id, ok: false, error: { code: 'invalid', message: `${field}: must be valid UTF-8` } });
+          continue;
+        }
+        dispatch(table, method as keyof RunnerMethods, params, body).then(
           (r) => send({ id, ok: true, result: r.result }, r.body ?? null),
           (e: unknown) => {
             if (e instanceof RunnerError) {

@@ -1,9 +1,12 @@
 // Wire types of the control plane <-> sandbox runner protocol (local Unix
-// socket, 0600). Types only: no I/O here. The codec and client live in
-// shared/node/, the server in sandbox-runner/.
+// socket, 0600), and one schema per request (zod) the runner parses at its
+// edge. No I/O here. The codec and client live in shared/node/, the server
+// in sandbox-runner/.
 //
 // Binary payloads (uploads, downloads) never travel as JSON strings: a frame
 // carries a JSON header plus an optional raw body (see shared/node/framing.ts).
+
+import { z } from 'zod';
 
 export const RUNNER_PROTOCOL_VERSION = 1;
 
@@ -89,6 +92,17 @@ export interface FileEntry {
   sha512: string;
 }
 
+/**
+ * An output listing entry: sha512 is null when hashing the file would read
+ * more than the capsule tmpfs can hold (a sparse file of enormous apparent
+ * size); such a file cannot be downloaded either (it exceeds the read bound).
+ */
+export interface ListedFile {
+  filename: string;
+  size_bytes: number;
+  sha512: string | null;
+}
+
 export interface WipeReport {
   bytes_overwritten: number;
   files: number;
@@ -121,7 +135,7 @@ export interface RunnerMethods {
   exec: [ExecRequest, ExecResult];
   /** Body = raw bytes. */
   upload: [{ capsule_id: string; filename: string }, FileEntry];
-  list_output: [{ capsule_id: string }, { files: FileEntry[] }];
+  list_output: [{ capsule_id: string }, { files: ListedFile[] }];
   /** Response body = raw bytes. */
   read_output: [{ capsule_id: string; filename: string }, FileEntry];
   destroy: [{ capsule_id: string }, DestroyResult];
@@ -154,9 +168,59 @@ export interface RunnerPort {
   create(req: CreateCapsuleRequest): Promise<CreatedCapsule>;
   exec(req: ExecRequest): Promise<ExecResult>;
   upload(capsuleId: string, filename: string, bytes: Uint8Array): Promise<FileEntry>;
-  listOutput(capsuleId: string): Promise<FileEntry[]>;
+  listOutput(capsuleId: string): Promise<ListedFile[]>;
   readOutput(capsuleId: string, filename: string): Promise<{ entry: FileEntry; bytes: Uint8Array }>;
   destroy(capsuleId: string): Promise<DestroyResult>;
   list(): Promise<string[]>;
   close(): Promise<void>;
+}
+
+// Request shapes. Only types and presence are checked here; bounds that depend
+// on the runner's configuration (sizes, ranges, names) are checked by the
+// runner after parsing, with messages naming the field. Unknown members are dropped.
+const capsuleRef = z.object({ capsule_id: z.string() });
+const env = z.record(z.string(), z.string()).nullish();
+const empty = z.object({}) as z.ZodType<Record<string, never>>;
+
+/** One schema per runner method, typed by the method's request. */
+export const RUNNER_REQUEST_SCHEMAS: { [K in keyof RunnerMethods]: z.ZodType<RunnerMethods[K][0]> } = {
+  hello: empty,
+  create: z.object({
+    capsule_id: z.string(),
+    memory_mb: z.number(),
+    runtime: z.string().optional(),
+    env: env.transform((v) => v ?? undefined),
+    app_files: z.array(z.object({ filename: z.string(), content_b64: z.string() })).optional(),
+    egress: z
+      .object({ proxy_socket: z.string(), ca_pem: z.string() })
+      .nullish()
+      .transform((v) => v ?? undefined),
+  }),
+  exec: z.object({
+    capsule_id: z.string(),
+    command: z.string(),
+    input_b64: z
+      .string()
+      .nullish()
+      .transform((v) => v ?? undefined),
+    input_filename: z.string().optional(),
+    timeout_ms: z.number(),
+    env: env.transform((v) => v ?? undefined),
+    cwd: z.enum(['/data', '/capsule/app']).optional(),
+  }),
+  upload: capsuleRef.extend({ filename: z.string() }),
+  list_output: capsuleRef,
+  read_output: capsuleRef.extend({ filename: z.string() }),
+  destroy: capsuleRef,
+  list: empty,
+};
+
+/** The first problem of a failed parse as "<field>: <what>" (field like app_files[0].filename). */
+export function describeIssue(error: z.ZodError): string {
+  const issue = error.issues[0];
+  if (!issue) return 'params: invalid';
+  const path = issue.path
+    .map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? String(p) : `.${String(p)}`))
+    .join('');
+  return `${path || 'params'}: ${issue.message}`;
 }

@@ -4,6 +4,7 @@
 import type { Context } from 'koa';
 import { ApiError, invalid } from '../../shared/errors.js';
 import { parseJsonObject } from '../domain/index.js';
+import { illFormedField, invalidUtf8Field } from '../../shared/node/utf8.js';
 
 /**
  * Deepest array/object nesting a JSON body may have. Far above any request
@@ -137,12 +138,19 @@ export async function readJsonBytes(ctx: Context, o: ReadOptions): Promise<Buffe
     throw invalid('Content-Type', 'must be application/json');
   // Before anything walks the value: a deep body would overflow every recursive reader after JSON.parse.
   if (nestsDeeperThan(raw, MAX_JSON_DEPTH)) throw invalid('body', `nested deeper than ${MAX_JSON_DEPTH} levels`);
+  // Refused, never repaired with U+FFFD (two different byte strings would read as one command).
+  const bad = invalidUtf8Field(raw);
+  if (bad !== null) throw invalid(bad, 'must be valid UTF-8');
   return raw;
 }
 
 /** Reads a JSON object body. An empty body reads as `{}`. */
 export async function readJson(ctx: Context, o: ReadOptions): Promise<Record<string, unknown>> {
-  return parseJsonObject((await readJsonBytes(ctx, o)).toString('utf8'));
+  const body = parseJsonObject((await readJsonBytes(ctx, o)).toString('utf8'));
+  // A "\udcff" escape parses to a string with no UTF-8 form: refused like invalid bytes.
+  const bad = illFormedField(body);
+  if (bad !== null) throw invalid(bad, 'must be valid Unicode text (an unpaired surrogate escape has no UTF-8 form)');
+  return body;
 }
 
 export async function readRaw(ctx: Context, o: ReadOptions): Promise<Buffer> {

@@ -2,7 +2,7 @@
 // output. Every step that touches customer data records its activity event
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
-import type { ExecRequest, ExecResult, FileEntry } from '../../shared/runner-protocol.js';
+import type { ExecRequest, ExecResult, FileEntry, ListedFile } from '../../shared/runner-protocol.js';
 import type {
   ApiForm,
   Caller,
@@ -422,7 +422,7 @@ export class CapsuleService {
     return entry;
   }
 
-  async listOutput(caller: Caller, id: string): Promise<FileEntry[]> {
+  async listOutput(caller: Caller, id: string): Promise<ListedFile[]> {
     const c = await this.ownedLive(caller, id);
     try {
       return await this.d.runner.listOutput(c.id);

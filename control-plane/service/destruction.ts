@@ -7,6 +7,7 @@ import {
   emitPartialRecord,
   emitRecord,
   generateEphemeralKey,
+  incompleteSteps,
   toAuditProof,
   type AuditRecord,
   type CapsuleContext,
@@ -112,7 +113,8 @@ export class DestructionService {
         command_was_running: result.command_was_running || commandRunning,
         ...(result.command_was_running || commandRunning ? { command_completed: false } : {}),
       };
-      const regulatory = regulatoryContext(this.d.regulatory, c.jurisdiction);
+      const notDone = new Set(incompleteSteps(evidence).map((s) => s.step));
+      const regulatory = regulatoryContext(this.d.regulatory, c.jurisdiction, notDone);
       const key = generateEphemeralKey(this.d.random);
       const publicKey = b64(key.publicKey);
       let record: AuditRecord;

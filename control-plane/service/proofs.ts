@@ -9,7 +9,7 @@ import {
 } from '../../shared/proof/index.js';
 import type { Caller, KeyRecord, StoredProof } from '../domain/index.js';
 import type { Deps } from './deps.js';
-import { verifyHostedRequest, type HostedResult } from './hosted-verify.js';
+import { verifyHostedRequest, withSummary, type HostedResult } from './hosted-verify.js';
 import { VerifyPool } from './verify-pool.js';
 
 const proofNotFound = (): ApiError =>
@@ -41,12 +41,15 @@ export class ProofService {
   async proofRecord(caller: Caller, capsuleId: string): Promise<Record<string, unknown>> {
     const p = await this.owned(caller, capsuleId);
     const r = p.record as unknown as AuditRecord;
+    const v = this.verify(p.record);
     return {
       proof_id: p.proof_id,
       capsule_id: p.capsule_id,
       cdp: p.record,
       component_proofs: r.component_proofs ?? {},
-      verified: this.verify(p.record).valid,
+      verified: v.valid,
+      // The verifier's one line, e.g. "AuditProof verified; destruction reported incomplete (step 3: ...)".
+      summary: v.summary,
       created_at: p.created_at,
     };
   }
@@ -64,11 +67,13 @@ export class ProofService {
   }
 
   /** The stored-proof check: the full document, offline rules. */
-  verify(doc: unknown): VerifyResult {
-    return verifyProof(doc, {
-      now: () => this.d.clock.nowIso(),
-      ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}),
-    });
+  verify(doc: unknown): VerifyResult & { summary: string } {
+    return withSummary(
+      verifyProof(doc, {
+        now: () => this.d.clock.nowIso(),
+        ...(this.d.proofCrypto ? { crypto: this.d.proofCrypto } : {}),
+      }),
+    );
   }
 
   /** POST /v1/verify on a parsed body, in this thread (small bodies). */

@@ -2,6 +2,7 @@
 //   u32 BE header length | u32 BE body length | header (UTF-8 JSON object) | body (raw bytes)
 // Sizes are bounded on both sides; a decoder that meets an oversized or
 // garbled frame reports it instead of throwing, so a bad peer never crashes us.
+import { illFormedField, invalidUtf8Field } from './utf8.js';
 
 export const FRAME_PREFIX_BYTES = 8;
 
@@ -18,6 +19,12 @@ export const DEFAULT_FRAME_LIMITS: FrameLimits = {
 export interface Frame {
   header: Record<string, unknown>;
   body: Buffer;
+  /**
+   * Set when the header text was not valid UTF-8 (or held an unpaired surrogate escape): the
+   * field that carried it (e.g. `params.filename`). The header is then decoded with U+FFFD
+   * replacement only so the peer can be answered by id; the request must be refused.
+   */
+  badTextField?: string;
 }
 
 export class FrameError extends Error {
@@ -139,7 +146,11 @@ export class FrameDecoder {
         out.push({ kind: 'error', error: new FrameError('frame header is not a JSON object', false) });
         continue;
       }
-      out.push({ kind: 'frame', frame: { header: header as Record<string, unknown>, body } });
+      const bad = invalidUtf8Field(hBytes, 'header') ?? illFormedField(header);
+      out.push({
+        kind: 'frame',
+        frame: { header: header as Record<string, unknown>, body, ...(bad !== null ? { badTextField: bad } : {}) },
+      });
     }
     return out;
   }

@@ -11,6 +11,7 @@ import {
   type ExecRequest,
   type ExecResult,
   type FileEntry,
+  type ListedFile,
   type RunnerErrorCode,
   type RunnerHello,
   type RunnerMethods,
@@ -57,7 +58,7 @@ export class RunnerClient implements RunnerPort {
   upload(capsuleId: string, filename: string, bytes: Uint8Array): Promise<FileEntry> {
     return this.call('upload', { capsule_id: capsuleId, filename }, bytes);
   }
-  async listOutput(capsuleId: string): Promise<FileEntry[]> {
+  async listOutput(capsuleId: string): Promise<ListedFile[]> {
     return (await this.call('list_output', { capsule_id: capsuleId })).files;
   }
   async readOutput(capsuleId: string, filename: string): Promise<{ entry: FileEntry; bytes: Uint8Array }> {

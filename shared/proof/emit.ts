@@ -9,6 +9,7 @@ import { canonicalize } from './jcs.js';
 import { activityRootOfCanonical } from './merkle.js';
 import { bytesEqual, toBase64 } from './encoding.js';
 import { ephemeralKeyId, partialKeyId, type SigningKeyMaterial } from './keys.js';
+import { withDestruction } from './destruction.js';
 
 export const EMITTED_CDP_VERSION = '2.1';
 
@@ -137,7 +138,8 @@ function buildRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
     chain,
     final_hash: chain[STEP_COUNT - 1]!.chain_hash,
     capsule_context: input.capsule_context,
-    termination: input.termination,
+    // The signed statement of whether every step fully happened (docs/PROOF_FORMAT.md "Destruction status").
+    termination: input.termination && withDestruction(input.termination, input.evidence),
     regulatory_context: input.regulatory_context,
     component_proofs: componentProofs,
     activity_root: activityRootOf(h, input.activity),

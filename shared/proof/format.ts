@@ -3,7 +3,8 @@
 // canonicalizes the view and activity events, so that no later stage touches
 // the caller's object again. Checks run member by member in a fixed order; the
 // first problem found is the verdict.
-import type { FailureReason } from './types.js';
+import type { DestructionReport, FailureReason } from './types.js';
+import { readDestruction } from './destruction.js';
 import { STEP_COUNT } from './chain.js';
 import { canonicalViewJcs } from './canonical.js';
 import { quoteString, serialize } from './jcs.js';
@@ -43,6 +44,8 @@ export interface ParsedProof {
   activityRoot: string | undefined;
   signingAuthorityId: string | undefined;
   signingKeyVersion: number | undefined;
+  /** The signed destruction statement inside `termination` (absent in older documents). */
+  destruction: DestructionReport | undefined;
 }
 
 export type Stage0 = { ok: true; proof: ParsedProof } | { ok: false; failure: FailureReason };
@@ -186,6 +189,7 @@ function parseLegacy(doc: Obj): ParsedProof {
     activityRoot: undefined,
     signingAuthorityId: undefined,
     signingKeyVersion: undefined,
+    destruction: undefined,
   };
 }
 
@@ -214,6 +218,7 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
     if (typeof kv !== 'number' || !Number.isInteger(kv) || kv < 0) fail('FormatInvalid', 'WrongType');
     signingKeyVersion = kv as number;
   }
+  const destruction = destructionOf(doc['termination']);
   const attestation = parseAttestation(doc);
   // 2.x: the signature basis; needed whenever there is a signature to check.
   const canonicalHash = v2 ? hash(doc, 'canonical_hash', attestation !== undefined, isSha512) : undefined;
@@ -247,7 +252,13 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
     activityRoot,
     signingAuthorityId,
     signingKeyVersion,
+    destruction,
   };
+}
+
+function destructionOf(termination: unknown): DestructionReport | undefined {
+  const d = readDestruction(termination);
+  return d === 'bad' ? fail('FormatInvalid', 'WrongType') : d;
 }
 
 /** Stage 0. Never throws. */

@@ -18,6 +18,7 @@ export {
   type PresentationResult,
 } from './presentation.js';
 export type { VerifyOptions } from './verify.js';
+export { verdictLine, incompleteSteps, withDestruction } from './destruction.js';
 /** Never throws: every input gets a result. */
 export { verifyProof, systemNow, STAGE_NAMES } from './verify.js';
 export { canonicalize, tryCanonicalize, JcsError } from './jcs.js';

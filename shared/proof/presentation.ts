@@ -8,7 +8,8 @@
 //   0 parse and version   1 step count   3 final hash (from destroyed_at)   5 signature
 //
 // Never throws: every input gets a result.
-import type { FailureReason, FailureType } from './types.js';
+import type { DestructionReport, FailureReason, FailureType } from './types.js';
+import { readDestruction } from './destruction.js';
 import { hasher, type CryptoProvider } from './crypto.js';
 import { chainHashes, STEP_COUNT } from './chain.js';
 import { fromBase64 } from './encoding.js';
@@ -32,6 +33,8 @@ export type PresentationResult =
       scope: 'reduced';
       checks: PresentationChecks;
       completeness?: 'partial';
+      /** As the projection states it: at this scope it is not bound to the signature. */
+      destruction?: DestructionReport;
       verified_at: string;
     }
   | { valid: false; scope: 'reduced'; stage_reached: number; failure_reason: FailureReason; verified_at: string };
@@ -80,7 +83,13 @@ function prefixedBase64(text: string): Uint8Array | undefined {
   return text.startsWith('base64:') ? fromBase64(text.slice(7)) : undefined;
 }
 
-function check(doc: unknown, crypto: CryptoProvider | undefined): { checks: PresentationChecks; partial: boolean } {
+interface Checked {
+  checks: PresentationChecks;
+  partial: boolean;
+  destruction: DestructionReport | undefined;
+}
+
+function check(doc: unknown, crypto: CryptoProvider | undefined): Checked {
   if (!isPresentation(doc)) throw new Failed(0, 'FormatInvalid', 'NotAnObject');
   const d = doc as Record<string, unknown>;
   const version = str(d, 'cdp_version');
@@ -99,6 +108,8 @@ function check(doc: unknown, crypto: CryptoProvider | undefined): { checks: Pres
   const signatureText = str(att, 'signature');
 
   const partial = completeness === 'partial';
+  const stated = readDestruction(d['termination']);
+  if (stated === 'bad') throw new Failed(0, 'FormatInvalid', 'WrongType');
   if (!(steps === STEP_COUNT || (partial && steps === 0))) throw new Failed(1, 'StepCountInvalid', 'NotEightSteps');
   const h = hasher(crypto);
   if (steps === STEP_COUNT) {
@@ -119,6 +130,7 @@ function check(doc: unknown, crypto: CryptoProvider | undefined): { checks: Pres
     throw new Failed(5, 'SignatureMismatch', 'DoesNotVerify');
   return {
     partial,
+    destruction: stated,
     checks: {
       cdp_version_valid: true,
       final_hash_valid: steps === STEP_COUNT,
@@ -139,12 +151,13 @@ export function verifyPresentation(doc: unknown, opts: PresentationOptions = {})
     verifiedAt = systemNow();
   }
   try {
-    const { checks, partial } = check(doc, opts.crypto);
+    const { checks, partial, destruction } = check(doc, opts.crypto);
     return {
       valid: true,
       scope: 'reduced',
       checks,
       ...(partial ? { completeness: 'partial' as const } : {}),
+      ...(destruction !== undefined ? { destruction } : {}),
       verified_at: verifiedAt,
     };
   } catch (e) {

@@ -25,10 +25,20 @@ export interface ActivityEvent {
   [field: string]: unknown;
 }
 
+/** A destruction step that did not fully happen, and why (docs/PROOF_FORMAT.md "Destruction status"). */
+export interface IncompleteStep {
+  step: number;
+  reason: string;
+}
+
 export interface Termination {
   trigger: 'customer_request' | 'ttl_expired' | 'system_restart';
   command_was_running: boolean;
   command_completed?: boolean;
+  /** Signed statement of whether every destruction step fully happened (absent in older documents). */
+  destruction?: 'complete' | 'incomplete';
+  /** Present only when `destruction` is "incomplete". */
+  incomplete_steps?: IncompleteStep[];
 }
 
 export interface RegulatoryFramework {
@@ -108,12 +118,26 @@ export interface VerifyChecks {
   step_count: number;
   signature_valid: boolean;
   algorithm: string;
-  /** Present (false) only for the legacy session form, whose chain is taken as is. */
+  /** Present (false) only for the legacy session form, whose chain is taken as is (chain_integrity false: not checked). */
   chain_recomputed?: boolean;
 }
 
+/** What a verified document states about its destruction (absent when it does not say). */
+export interface DestructionReport {
+  status: 'complete' | 'incomplete';
+  incomplete_steps?: IncompleteStep[];
+}
+
 export type VerifyResult =
-  | { valid: true; checks: VerifyChecks; completeness?: 'partial'; verified_at: string }
+  | {
+      valid: true;
+      checks: VerifyChecks;
+      completeness?: 'partial';
+      /** 'reduced': the legacy session form, whose chain is taken from the document, not recomputed. */
+      scope?: 'reduced';
+      destruction?: DestructionReport;
+      verified_at: string;
+    }
   | { valid: false; stage_reached: number; failure_reason: FailureReason; verified_at: string };
 
 /** Trust manifest for the offline CLI (CONTRACT.md section 8). */

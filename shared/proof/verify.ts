@@ -176,7 +176,8 @@ function checksFor(p: ParsedProof): VerifyChecks {
   const complete = p.steps.length === STEP_COUNT;
   const checks: VerifyChecks = {
     cdp_version_valid: true,
-    chain_integrity: complete,
+    // The legacy form's chain is taken from the document: its integrity was not checked.
+    chain_integrity: complete && p.form !== 'legacy',
     final_hash_valid: complete,
     step_count: p.steps.length,
     signature_valid: true,
@@ -210,11 +211,14 @@ export function verifyProof(doc: unknown, opts?: VerifyOptions): VerifyResult {
     const p = parsed.proof;
     const f = runStages(p, hasher(opts?.crypto), opts?.manifest);
     if (f !== undefined) return failure(f.stage, { type: f.type, reason: f.reason }, verifiedAt);
-    const result: VerifyResult = { valid: true, checks: checksFor(p), verified_at: verifiedAt };
-    if (p.partial) {
-      return { valid: true, checks: result.checks, completeness: 'partial', verified_at: verifiedAt };
-    }
-    return result;
+    return {
+      valid: true,
+      checks: checksFor(p),
+      ...(p.partial ? { completeness: 'partial' as const } : {}),
+      ...(p.form === 'legacy' ? { scope: 'reduced' as const } : {}),
+      ...(p.destruction !== undefined ? { destruction: p.destruction } : {}),
+      verified_at: verifiedAt,
+    };
   } catch {
     // Only a faulty CryptoProvider or manifest can get here: stages 1-6 never
     // touch the caller's document. Report it as the stage it interrupted.

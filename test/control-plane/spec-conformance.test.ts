@@ -7,7 +7,7 @@
 // details and unknown runner failures as 500.
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -152,6 +152,24 @@ for (const driver of DRIVERS) {
       const full = await api.req('POST', '/v1/verify', { json: { cdp: d.body.audit_proof } });
       t.notOk('scope' in full.body, 'a full proof is verified at full scope');
       t.equal(full.body.checks.chain_integrity, true);
+      // A real runner's wipe of an ordinary capsule: every step performed, stated and signed.
+      t.equal(d.body.audit_proof.termination.destruction, 'complete', JSON.stringify(d.body.cdp.evidence));
+      t.same(full.body.destruction, { status: 'complete' });
+      t.equal(full.body.summary, 'AuditProof verified');
+      t.match(r.body.summary, /^AuditProof verified at reduced scope/);
+    });
+
+    await t.test('an incomplete destruction is stated online as offline', async (t) => {
+      const v = JSON.parse(
+        readFileSync(
+          new URL('../../../test/data/destruction-vectors/valid-incomplete-one-step.json', import.meta.url),
+          'utf8',
+        ),
+      );
+      const r = await api.req('POST', '/v1/verify', { json: { cdp: v.document } });
+      t.equal(r.body.valid, true);
+      t.equal(r.body.summary, v.summary);
+      t.match(r.body.summary, /^AuditProof verified; destruction reported incomplete \(step 3: /);
     });
 
     await t.test('uploads: bounded per tier, reported in limits, 413 names the bound', async (t) => {

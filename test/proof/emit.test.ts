@@ -71,6 +71,8 @@ t.test('ephemeral record verifies, as record and as AuditProof, with both provid
         signature_valid: true,
         algorithm: 'Ed25519',
       },
+      // The fixture's step 5 says performed: false: stated in the signed termination member.
+      destruction: { status: 'incomplete', incomplete_steps: [{ step: 5, reason: 'step 5 not performed' }] },
     });
     const proof = JSON.parse(JSON.stringify(toAuditProof(rec)));
     t.notOk('activity' in proof || 'evidence' in proof || 'internal' in proof, 'record-only members dropped');

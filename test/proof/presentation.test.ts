@@ -41,6 +41,7 @@ t.test('a presentation verifies at reduced scope, with both providers', async (t
         algorithm: 'Ed25519',
         document_hash_recomputed: false,
       },
+      destruction: { status: 'incomplete', incomplete_steps: [{ step: 5, reason: 'step 5 not performed' }] },
       verified_at: now(),
     });
   }

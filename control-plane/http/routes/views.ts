@@ -1,7 +1,7 @@
 // Wire views of domain records (SPEC field lists).
 import type { Capsule } from '../../domain/index.js';
 import { DEFINITION_FIELDS, type Capsulefile, type CapsulefileFileEntry } from '../../capsulefile/index.js';
-import type { ExecResult, FileEntry } from '../../../shared/runner-protocol.js';
+import type { ExecResult, FileEntry, ListedFile } from '../../../shared/runner-protocol.js';
 
 export function capsuleCreated(c: Capsule): Record<string, unknown> {
   return {
@@ -47,7 +47,7 @@ export function execView(capsuleId: string, r: ExecResult): Record<string, unkno
   };
 }
 
-export const fileView = (f: FileEntry): Record<string, unknown> => ({
+export const fileView = (f: FileEntry | ListedFile): Record<string, unknown> => ({
   filename: f.filename,
   size_bytes: f.size_bytes,
   sha512: f.sha512,

@@ -1,0 +1,83 @@
+// Worker thread entry (see offloop.ts): runs the synchronous file jobs
+// (listing with hashes, reading an output, wiping a tmpfs) so that the bytes
+// of one capsule never hold the runner's event loop for the others.
+import { readlinkSync } from 'node:fs';
+import { setPriority } from 'node:os';
+import { parentPort } from 'node:worker_threads';
+import { RunnerError } from '../shared/runner-protocol.js';
+import { listRegular, readRegular, writeFileInto } from './files.js';
+import { wipeAndZeroize, type WipeOptions } from './wipe.js';
+
+export type FileJob =
+  | { kind: 'list'; dir: string; hashBudget: number }
+  | { kind: 'read'; dir: string; name: string; maxBytes: number }
+  | { kind: 'write'; dir: string; name: string; bytes: Uint8Array; uid: number }
+  | { kind: 'wipe'; root: string; key: Uint8Array; opts: WipeOptions };
+
+export interface JobMessage {
+  id: number;
+  job: FileJob;
+}
+
+export type JobReply =
+  | { id: number; ok: true; result: unknown }
+  | { id: number; ok: false; error: { runner: boolean; code: string; message: string } };
+
+function run(job: FileJob): { result: unknown; transfer: ArrayBuffer[] } {
+  switch (job.kind) {
+    case 'list':
+      return { result: listRegular(job.dir, job.hashBudget), transfer: [] };
+    case 'read': {
+      const r = readRegular(job.dir, job.name, job.maxBytes);
+      // readRegular reads into a Buffer.alloc of its own (never the shared pool): move it, do not copy it.
+      if (r.bytes.byteOffset === 0 && r.bytes.byteLength >= 4096) {
+        return { result: { entry: r.entry, bytes: r.bytes }, transfer: [r.bytes.buffer as ArrayBuffer] };
+      }
+      const copy = new Uint8Array(r.bytes.byteLength);
+      copy.set(r.bytes);
+      r.bytes.fill(0);
+      return { result: { entry: r.entry, bytes: copy }, transfer: [copy.buffer] };
+    }
+    case 'write': {
+      const bytes = Buffer.from(job.bytes.buffer, job.bytes.byteOffset, job.bytes.byteLength);
+      try {
+        return { result: writeFileInto(job.dir, job.name, bytes, job.uid), transfer: [] };
+      } finally {
+        bytes.fill(0); // the customer's bytes never outlive the call, in this thread either
+      }
+    }
+    case 'wipe': {
+      const key = Buffer.from(job.key.buffer, job.key.byteOffset, job.key.byteLength);
+      return { result: wipeAndZeroize(job.root, key, job.opts), transfer: [] };
+    }
+  }
+}
+
+// Below the serving thread and other tenants' commands: on Linux setpriority(2) with a thread id
+// renices that thread alone (and the helpers it starts inherit it). Best effort.
+try {
+  const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+  if (Number.isInteger(tid) && tid > 0) setPriority(tid, 10);
+} catch {
+  /* stays at the runner's priority */
+}
+
+parentPort?.on('message', (m: JobMessage) => {
+  let reply: JobReply;
+  let transfer: ArrayBuffer[] = [];
+  try {
+    const r = run(m.job);
+    reply = { id: m.id, ok: true, result: r.result };
+    transfer = r.transfer;
+  } catch (e) {
+    reply = {
+      id: m.id,
+      ok: false,
+      error:
+        e instanceof RunnerError
+          ? { runner: true, code: e.code, message: e.message }
+          : { runner: false, code: 'internal', message: (e as Error)?.message ?? String(e) },
+    };
+  }
+  parentPort!.postMessage(reply, transfer);
+});
