@@ -11,7 +11,14 @@ import { EnvelopeBox } from './secrets/envelope.js';
 import { loadMasterKey } from './secrets/master-key.js';
 import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
-import { capConnectionsPerSource, createApp, RateLimiter, type ConnectionGuard } from './http/app.js';
+import {
+  capConnectionsPerSource,
+  createApp,
+  RateLimiter,
+  servedRoutes,
+  type ConnectionGuard,
+  type ServedRoute,
+} from './http/app.js';
 import { loadRegulatoryMapping, readSystemCapsulefiles } from './policy/index.js';
 import {
   buildServices,
@@ -37,6 +44,8 @@ export interface ControlPlane {
   recovery: RecoveryReport | null;
   /** The per-source connection cap of the listener. */
   connections: ConnectionGuard;
+  /** Every method and path the app routes (compared with the OpenAPI registry in tests). */
+  routes: ServedRoute[];
   close(): Promise<void>;
 }
 
@@ -190,6 +199,7 @@ export async function startControlPlane(
     services,
     recovery,
     connections,
+    routes: servedRoutes(app),
     async close() {
       await services.sweeper.stop();
       await services.webhookWorker.stop();

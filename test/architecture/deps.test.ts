@@ -52,7 +52,9 @@ const allowed: Record<string, string[]> = {
   'sandbox-runner': ['shared'],
   'egress-proxy': ['shared'],
   'control-plane': ['shared', 'egress-proxy'],
-  cli: ['shared', 'control-plane', 'sandbox-runner', 'egress-proxy'],
+  cli: ['shared', 'control-plane', 'sandbox-runner', 'egress-proxy', 'clients'],
+  // SDKs are their own packages: they may reuse the isomorphic shared code (the proof library) only.
+  clients: ['shared'],
 };
 
 t.test('top-level folders import only downward', async (t) => {

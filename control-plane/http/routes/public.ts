@@ -6,6 +6,7 @@ import { contactSchema, parseBody, parseJsonObject, signupSchema } from '../../d
 import { ByteBudget, readJsonBytes } from '../body.js';
 import type { AppDeps, Ctx } from '../context.js';
 import { errorDocPages } from '../error-docs.js';
+import { openapiDocument } from '../openapi.js';
 import { ipLimit, json } from '../middleware.js';
 import { queryParam } from '../query.js';
 
@@ -89,6 +90,11 @@ export function publicRoutes(d: AppDeps): Router {
 
   r.get('/v1/health', health, async (ctx: Ctx) => {
     ctx.body = { status: 'healthy', version: d.options.version, timestamp: d.clock.nowIso() };
+  });
+
+  const openapi = openapiDocument(d.options.version);
+  r.get('/v1/openapi.json', health, async (ctx: Ctx) => {
+    ctx.body = openapi;
   });
 
   r.get('/v1/health/ready', health, async (ctx: Ctx) => {
