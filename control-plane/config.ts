@@ -48,6 +48,8 @@ export interface Config {
   egressExtraCaPem: string | null;
   /** Directory of the per-capsule egress proxy sockets; must be reachable by the runner (CAPSULE_EGRESS_SOCKET_DIR, default <dataDir>/egress). */
   egressSocketDir: string;
+  /** What the sealed egress layer may hold in memory (docs/EGRESS.md section 6). */
+  egressBudgets: EgressBudgets;
   /** Per-tier Capsulefile limits (policies/capsulefile-tier-limits.yaml). */
   capsulefileLimits: Record<
     'free' | 'starter' | 'business' | 'enterprise',
@@ -135,6 +137,41 @@ export interface StripeConfig {
   /** CAPSULE_STRIPE_SUCCESS_URL / _CANCEL_URL; null = under the base URL. */
   successUrl: string | null;
   cancelUrl: string | null;
+}
+
+/** Memory bounds of the sealed egress proxies; defaults in DEFAULT_EGRESS_BUDGETS. */
+export interface EgressBudgets {
+  /** Bytes one capsule's proxy holds for MCP inspection at once (CAPSULE_EGRESS_INSPECT_BYTES_PER_CAPSULE); past it: 429. */
+  inspectBytesPerCapsule: number;
+  /** Same, for every proxy of the process together (CAPSULE_EGRESS_INSPECT_BYTES_PER_PROCESS). */
+  inspectBytesPerProcess: number;
+  /** Egress events per capsule handed to the trail and not yet stored (CAPSULE_EGRESS_EVENT_QUEUE); past it: dropped, stated. */
+  maxQueuedEvents: number;
+}
+
+export const DEFAULT_EGRESS_BUDGETS: EgressBudgets = Object.freeze({
+  inspectBytesPerCapsule: 32 * 1024 * 1024,
+  inspectBytesPerProcess: 256 * 1024 * 1024,
+  maxQueuedEvents: 2048,
+});
+
+function egressBudgets(env: NodeJS.ProcessEnv): EgressBudgets {
+  const out = { ...DEFAULT_EGRESS_BUDGETS };
+  const names: [keyof EgressBudgets, string][] = [
+    ['inspectBytesPerCapsule', 'CAPSULE_EGRESS_INSPECT_BYTES_PER_CAPSULE'],
+    ['inspectBytesPerProcess', 'CAPSULE_EGRESS_INSPECT_BYTES_PER_PROCESS'],
+    ['maxQueuedEvents', 'CAPSULE_EGRESS_EVENT_QUEUE'],
+  ];
+  for (const [k, name] of names) {
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    const v = Number(raw);
+    if (!Number.isSafeInteger(v) || v < 1) throw new ConfigError(`${name}: a positive integer`);
+    out[k] = v;
+  }
+  if (out.inspectBytesPerCapsule > out.inspectBytesPerProcess)
+    throw new ConfigError('CAPSULE_EGRESS_INSPECT_BYTES_PER_CAPSULE: at most CAPSULE_EGRESS_INSPECT_BYTES_PER_PROCESS');
+  return out;
 }
 
 /** The HTTP edge's bounds; defaults in DEFAULT_HTTP_LIMITS, documented in docs/CONTROL_PLANE.md. */
@@ -446,6 +483,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     systemCapsulefilesDir: env.CAPSULE_SYSTEM_CAPSULEFILES_DIR ?? policy('system-capsulefiles'),
     egressExtraCaPem,
     egressSocketDir,
+    egressBudgets: egressBudgets(env),
     capsulefileLimits,
     masterKey,
     procSwaps,

@@ -98,6 +98,7 @@ export async function startControlPlane(
   const egress = new ProxyEgress({
     socketDir: config.egressSocketDir,
     extraCaPem: config.egressExtraCaPem,
+    budgets: config.egressBudgets,
     random,
     ...opts.egress,
     // Refusals carry host, port and reason only (no customer bytes).

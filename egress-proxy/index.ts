@@ -7,8 +7,11 @@ export type { EgressProxyConfig } from './config.js';
 export type { Resolver, ResolvedAddress } from './admission.js';
 export type { EgressClock, EgressLimits } from './runtime.js';
 export { DEFAULT_LIMITS } from './runtime.js';
+export { ByteBudget } from './budget.js';
 export type { KeyDestructionEvidence } from './ca.js';
+export { combineSegmentRoots, segmentCount, SEGMENTS_PER_LEVEL } from './segments.js';
 export type {
+  ActivityTruncated,
   EgressEvent,
   EgressOutcome,
   EgressRefusal,

@@ -258,7 +258,8 @@ export interface RunningEgress {
 
 /** Starts one capsule's sealed egress layer (the egress adapter). Invalid config throws EgressConfigError. */
 export interface EgressLauncher {
-  start(spec: EgressSpec, onEvent: (e: EgressActivity) => void): Promise<RunningEgress>;
+  /** onEvent's promise (if any) settles once the event is stored; the layer bounds how many are unsettled. */
+  start(spec: EgressSpec, onEvent: (e: EgressActivity) => void | Promise<unknown>): Promise<RunningEgress>;
 }
 
 /** A profile/declaration/policy the egress layer cannot enforce: the message names the field. */

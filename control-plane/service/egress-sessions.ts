@@ -47,10 +47,11 @@ export class EgressSessions {
     if (!launcher) throw new Error('egress is not configured');
     let session: Session | null = null;
     const pending: EgressActivity[] = [];
-    const record = (e: EgressActivity): void => {
+    // The returned promise settles once the event is stored: the proxy bounds how many are unsettled.
+    const record = (e: EgressActivity): Promise<void> | undefined => {
       if (!session) {
         pending.push(e);
-        return;
+        return undefined;
       }
       const s = session;
       const { type, at, ...fields } = e;
@@ -78,6 +79,7 @@ export class EgressSessions {
             );
           },
         );
+      return s.trail;
     };
     const egress = await launcher.start(spec, record);
     session = { egress, trail: Promise.resolve(), recorded: 0, failed: 0, stopped: null };

@@ -330,6 +330,8 @@ def _parse(doc: Any) -> dict:
                 raise _Fail("FormatInvalid", "WrongType")
             p["key_version"] = int(kv)
     p["destruction"] = _destruction(doc.get("termination"))
+    cp = doc.get("component_proofs")
+    p["component_keys"] = set(cp.keys()) if v2 and isinstance(cp, dict) else None
     att = _attestation(doc)
     p["attestation"] = att
     if v2:
@@ -380,6 +382,28 @@ def _destruction(termination: Any) -> Optional[dict]:
 
 
 _ABSENT = object()
+
+NO_COMPONENT_PROOF = "no component proof: the step recorded no verifiable operation"
+_COMPONENTS = {1: "namespace_verification", 2: "mountinfo_verification", 3: "memory_wipe",
+               4: "key_destruction", 5: "credential_incineration", 6: "merkle_zero_state"}
+
+
+def _against_component_proofs(d: dict, keys: Optional[set]) -> dict:
+    """The statement read against the component proofs (docs/PROOF_FORMAT.md "Destruction status"):
+    steps 1..6 without a component proof are reported incomplete; any disagreement is flagged."""
+    by_step = {st["step"]: st["reason"] for st in d.get("incomplete_steps") or []}
+    contradicted = False
+    for step, name in _COMPONENTS.items():
+        proven = keys is not None and name in keys
+        if not proven and step not in by_step:
+            by_step[step] = NO_COMPONENT_PROOF
+            contradicted = True
+        elif proven and step in by_step:
+            contradicted = True
+    if not contradicted:
+        return d
+    steps = [{"step": k, "reason": by_step[k]} for k in sorted(by_step)]
+    return {"status": "incomplete", "incomplete_steps": steps, "contradicted": True}
 
 
 # ---------------------------------------------------------------- stages 1-6
@@ -507,7 +531,10 @@ def verify_proof(document: Any, trust_manifest: Optional[dict] = None, now: Opti
     if p["form"] == "legacy":
         result["scope"] = "reduced"
     if p["destruction"] is not None:
-        result["destruction"] = p["destruction"]
+        d = p["destruction"]
+        if len(p["steps"]) == STEP_COUNT and p["version"] != "1.0":
+            d = _against_component_proofs(d, p.get("component_keys"))
+        result["destruction"] = d
     result["verified_at"] = verified_at
     return result
 
@@ -542,6 +569,8 @@ def verdict_line(result: dict, document: Any = None) -> str:
     if isinstance(d, dict) and d.get("status") == "incomplete":
         steps = "; ".join(f"step {st['step']}: {st['reason']}" for st in d.get("incomplete_steps") or [])
         parts.append(f"destruction reported incomplete ({steps})")
+        if d.get("contradicted"):
+            parts.append("its destruction statement disagrees with its component proofs")
     if (result.get("checks") or {}).get("chain_recomputed") is False:
         parts.append("legacy session form: chain hashes taken from the document, not recomputed")
     return "; ".join(parts)
