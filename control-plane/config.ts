@@ -67,6 +67,64 @@ export interface Config {
   /** Price table of the usage estimate (CAPSULE_PRICES_FILE, default policies/prices.yaml). */
   prices: PriceTable;
   stripe: StripeConfig;
+  webhooks: WebhookConfig;
+}
+
+/** Webhook delivery (docs/WEBHOOKS.md). */
+export interface WebhookConfig {
+  /** CAPSULE_WEBHOOK_ALLOW_PRIVATE=1: loopback/private receivers, plain http and extra trust anchors allowed (development, tests, self-hosted). */
+  allowPrivate: boolean;
+  /** CAPSULE_WEBHOOK_EXTRA_CA: PEM trust anchors added for receivers (only with allowPrivate). */
+  extraCaPem: string | null;
+  /** CAPSULE_WEBHOOK_TIMEOUT_MS (default 10000): one attempt, connect to last response byte. */
+  timeoutMs: number;
+  /** CAPSULE_WEBHOOK_CONCURRENCY (default 16): attempts in flight in this process; 0 = this process does not deliver. */
+  concurrency: number;
+  /** CAPSULE_WEBHOOK_PER_ENDPOINT (default 2): attempts in flight to one endpoint from this process. */
+  perEndpoint: number;
+  /** CAPSULE_WEBHOOK_POLL_MS (default 500): how often the outbox is read when nothing wakes the worker. */
+  pollMs: number;
+}
+
+function intEnv(env: NodeJS.ProcessEnv, name: string, dflt: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return dflt;
+  const v = Number(raw);
+  if (!Number.isSafeInteger(v) || v < min || v > max)
+    throw new ConfigError(`${name}: an integer from ${min} to ${max}`);
+  return v;
+}
+
+function webhookConfig(env: NodeJS.ProcessEnv): WebhookConfig {
+  let allowPrivate: boolean;
+  try {
+    allowPrivate = bool(env.CAPSULE_WEBHOOK_ALLOW_PRIVATE, false);
+  } catch (e) {
+    throw new ConfigError(`CAPSULE_WEBHOOK_ALLOW_PRIVATE: ${(e as Error).message}`);
+  }
+  let extraCaPem: string | null = null;
+  const caFile = env.CAPSULE_WEBHOOK_EXTRA_CA;
+  if (caFile) {
+    if (!allowPrivate)
+      throw new ConfigError(
+        'CAPSULE_WEBHOOK_EXTRA_CA: only with CAPSULE_WEBHOOK_ALLOW_PRIVATE=1 (development receivers)',
+      );
+    try {
+      extraCaPem = readFileSync(caFile, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`CAPSULE_WEBHOOK_EXTRA_CA (${caFile}): ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (!extraCaPem.includes('-----BEGIN CERTIFICATE-----'))
+      throw new ConfigError(`CAPSULE_WEBHOOK_EXTRA_CA (${caFile}): no PEM certificate in the file`);
+  }
+  return {
+    allowPrivate,
+    extraCaPem,
+    timeoutMs: intEnv(env, 'CAPSULE_WEBHOOK_TIMEOUT_MS', 10_000, 100, 60_000),
+    concurrency: intEnv(env, 'CAPSULE_WEBHOOK_CONCURRENCY', 16, 0, 1024),
+    perEndpoint: intEnv(env, 'CAPSULE_WEBHOOK_PER_ENDPOINT', 2, 1, 64),
+    pollMs: intEnv(env, 'CAPSULE_WEBHOOK_POLL_MS', 500, 10, 60_000),
+  };
 }
 
 /** Billing through Stripe; each part is optional and its endpoint answers 503 naming the missing setting. */
@@ -440,6 +498,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     procSwaps,
     prices: loadPrices(env.CAPSULE_PRICES_FILE ?? policy('prices.yaml')),
     stripe: stripeConfig(env),
+    webhooks: webhookConfig(env),
   };
 }
 

@@ -31,3 +31,6 @@ export { checkMcpPolicy } from './mcp-policy.js';
 export type { McpPolicy } from './mcp-policy.js';
 // Hash definitions a verifier or the recorder may need to recompute.
 export { CANONICAL_HEADERS, canonicalRequest, requestCanonicalHash } from './hashing.js';
+// Address classification, shared with the control plane's webhook delivery (SSRF refusal).
+export { addressClass, parseIp } from './address.js';
+export type { IpAddr, SpecialKind } from './address.js';

@@ -19,6 +19,7 @@ import type {
   UsageItem,
 } from './types.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
+import type { OutboxEvent } from './webhooks.js';
 
 export interface Clock {
   /** Milliseconds since the epoch. */
@@ -58,6 +59,8 @@ export interface Destruction {
   key: KeyRecord | null;
   /** The proof's usage item, written in the same transaction (billable as the capsule). */
   usage: UsageEntry;
+  /** Webhook events of the destruction, written to the outbox in the same transaction. */
+  events?: OutboxEvent[];
 }
 
 export interface ContactMessage {
@@ -120,7 +123,14 @@ export interface Store {
    * capsule (`billable` false) takes a live slot only: it never counts
    * against the month, the proofs or their limits.
    */
-  reserveCapsule(customerId: string, limits: Limits, cycleStart: string, billable: boolean): Promise<ReserveOutcome>;
+  reserveCapsule(
+    customerId: string,
+    limits: Limits,
+    cycleStart: string,
+    billable: boolean,
+    /** Events for a month's count moving from `before` to `after` (quota.threshold), written in the same transaction. */
+    onCount?: (before: number, after: number) => OutboxEvent[],
+  ): Promise<ReserveOutcome>;
   /** Gives back a live-capsule slot (destroy, expiry, failed create). */
   releaseLive(customerId: string): Promise<void>;
   /** Undoes a reservation whose capsule never came to exist. */
@@ -138,6 +148,8 @@ export interface Store {
     c: Capsule,
     first: { type: string; at: string; fields: Record<string, unknown> },
     usage: UsageEntry,
+    /** Webhook events of the create (capsule.created), written in the same transaction. */
+    events?: OutboxEvent[],
   ): Promise<InsertCapsuleOutcome>;
   getCapsule(id: string): Promise<Capsule | null>;
   listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage>;

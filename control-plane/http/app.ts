@@ -11,6 +11,7 @@ import { capsulefileRoutes } from './routes/capsulefiles.js';
 import { egressRoutes } from './routes/egress.js';
 import { publicRoutes } from './routes/public.js';
 import { sessionRoutes } from './routes/sessions.js';
+import { webhookRoutes } from './routes/webhooks.js';
 import { verifyPageRoutes } from './routes/verify-page.js';
 
 export type { AppDeps, HttpOptions } from './context.js';
@@ -48,6 +49,7 @@ export function createApp(d: AppDeps): Koa {
     accountRoutes(d),
     usageRoutes(d),
     billingRoutes(d),
+    webhookRoutes(d),
     verifyPageRoutes(d),
   ]) {
     app.use(r.routes() as unknown as Koa.Middleware);

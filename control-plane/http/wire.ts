@@ -295,3 +295,41 @@ export const EgressRuleRequest = z.strictObject({
   value: z.string(),
   port: z.number().int().min(1).max(65535).optional(),
 });
+
+// Webhooks (docs/WEBHOOKS.md).
+export const WebhookEndpoint = obj({
+  id: z.string(),
+  url: z.string(),
+  events: z.array(z.string()),
+  description: z.string(),
+  active: z.boolean(),
+  created_at: ts,
+});
+export const WebhookCreated = WebhookEndpoint.extend({ signing_secret: z.string().describe('shown once') });
+export const WebhookDelivery = obj({
+  id: z.string(),
+  webhook_id: z.string(),
+  event_id: z.string(),
+  event_type: z.string(),
+  attempt_number: z.number().int(),
+  status: z.enum(['pending', 'succeeded', 'failed', 'dead_lettered']),
+  response_status: z.number().int().nullable(),
+  response_body: z.string().nullable(),
+  duration_ms: z.number().int().nullable(),
+  error: z.string().nullable(),
+  next_attempt_at: ts.nullable(),
+  attempted_at: ts.nullable(),
+  created_at: ts,
+  replay: z.boolean(),
+});
+export const WebhookEndpointPage = page(WebhookEndpoint);
+export const WebhookDeliveryPage = page(WebhookDelivery);
+export const WebhookRequest = z.strictObject({
+  url: z.string().max(2048),
+  events: z.array(z.string()).min(1),
+  description: z.string().max(500).optional(),
+});
+export const WebhookUpdate = WebhookRequest.partial().extend({ active: z.boolean().optional() });
+export const AdminDegradation = obj({ modes: z.array(obj({ mode: z.string(), since: ts })) });
+export const DlqReplayRequest = z.strictObject({ delivery_ids: z.array(z.string()).min(1).max(1000).optional() });
+export const DlqReplayed = obj({ replayed: z.number().int() });

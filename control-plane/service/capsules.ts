@@ -18,6 +18,7 @@ import type {
   DataClassification,
   EgressSpec,
   InsertCapsuleOutcome,
+  OutboxEvent,
   RunningEgress,
 } from '../domain/index.js';
 import { EgressConfigError, LIVE_STATUSES } from '../domain/index.js';
@@ -31,8 +32,11 @@ import type { RecoveryGate } from './recovery.js';
 import { notFound as capsulefileNotFound, unmetPackagesWhy, type CapsulefileService } from './capsulefiles.js';
 import { profileNotFound, requireEgressTier, type EgressProfileService } from './egress-profiles.js';
 import { gate, type EgressSessions } from './egress-sessions.js';
+import { newEvent } from './webhooks.js';
 
 export const DEFAULT_TTL_SECONDS = 300;
+/** Percentages of a monthly quota that send quota.threshold. */
+export const QUOTA_THRESHOLDS = [80, 100] as const;
 /** Runner memory ceiling per capsule when no Capsulefile sets one. */
 export const DEFAULT_MEMORY_MB = 256;
 
@@ -155,12 +159,25 @@ export class CapsuleService {
         ? DEFAULT_MEMORY_MB
         : Math.min(def.memory_mb, this.d.capsulefileLimits[a.tier].max_memory_mb);
     const billable = caller.key_mode === 'live';
-    const outcome = await this.d.store.reserveCapsule(
-      a.customer_id,
-      limits,
-      cycleStart(this.d.clock.nowMs()),
-      billable,
-    );
+    const cycle = cycleStart(this.d.clock.nowMs());
+    const monthly = limits.capsules_per_month;
+    // quota.threshold: the month's count reaching 80 % and 100 % of the quota, in the reservation's transaction.
+    const onCount = (before: number, after: number): OutboxEvent[] =>
+      monthly === null
+        ? []
+        : QUOTA_THRESHOLDS.filter((pct) => {
+            const at = Math.ceil((monthly * pct) / 100);
+            return before < at && after >= at;
+          }).map((pct) =>
+            newEvent(this.d, a.customer_id, 'quota.threshold', {
+              quota: 'capsules_per_month',
+              threshold_percent: pct,
+              used: after,
+              limit: monthly,
+              billing_cycle_start: cycle,
+            }),
+          );
+    const outcome = await this.d.store.reserveCapsule(a.customer_id, limits, cycle, billable, onCount);
     if (outcome !== 'ok') {
       const what =
         outcome === 'concurrent_capsules'
@@ -287,6 +304,18 @@ export class CapsuleService {
           },
         },
         usageEntry(this.d, 'capsule', 1, capsule.created_at),
+        [
+          newEvent(this.d, customerId, 'capsule.created', {
+            capsule_id: id,
+            status: capsule.status,
+            created_at: capsule.created_at,
+            expires_at: capsule.expires_at,
+            ttl_seconds: capsule.ttl_seconds,
+            data_classification: capsule.data_classification,
+            capsulefile_id: capsule.capsulefile_id,
+            test_mode: !billable,
+          }),
+        ],
       );
     } catch (e) {
       await undoStarted();
@@ -301,6 +330,7 @@ export class CapsuleService {
         : profileNotFound('egress_profile_id');
     }
     rowReady.open();
+    this.d.webhooks.kick?.();
     this.d.log.info({ capsule_id: id, customer_id: customerId }, 'capsule created');
     return capsule;
   }

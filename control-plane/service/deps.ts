@@ -17,6 +17,8 @@ import type {
   Tier,
   TierTable,
   UsageStore,
+  WebhookSender,
+  WebhookStore,
   WebhookVerifier,
 } from '../domain/index.js';
 import type { RegulatoryMapping } from './regulatory.js';
@@ -38,6 +40,24 @@ export interface BillingDeps {
   cancelUrl: string;
 }
 
+/** Webhook endpoints and delivery (docs/WEBHOOKS.md). */
+export interface WebhookDeps {
+  store: WebhookStore;
+  sender: WebhookSender;
+  /** Loopback/private receivers and plain http accepted (development, tests, self-hosted). */
+  allowPrivate: boolean;
+  timeoutMs: number;
+  /** Attempts in flight in this process; 0 = this process does not run the delivery worker. */
+  concurrency: number;
+  /** Attempts in flight to one endpoint from this process. */
+  perEndpoint: number;
+  pollMs: number;
+  /** Public base URL (verify links in payloads); filled in once the listener is up. */
+  baseUrl: { value: string };
+  /** Wakes the delivery worker after an event committed (set by buildServices). */
+  kick?: () => void;
+}
+
 export interface Deps {
   store: Store;
   keys: KeyStore;
@@ -50,6 +70,7 @@ export interface Deps {
   egressProfiles: EgressProfileStore;
   /** Seals and opens secrets stored at rest (under the operator's master key). */
   secrets: SecretBox;
+  webhooks: WebhookDeps;
   /** Starts a capsule's sealed egress layer; null = this install serves no egress (profiles give 503 at capsule create). */
   egress: EgressLauncher | null;
   /** Answers which declared Capsulefile packages the capsule base image lacks. */

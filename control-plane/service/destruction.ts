@@ -17,7 +17,7 @@ import {
 } from '../../shared/proof/index.js';
 import { RunnerError, type DestroyResult, type LostCapsule } from '../../shared/runner-protocol.js';
 import { ACTIVITY_PAGE, foldTrail, inlineBound, recordTruncation, type FoldedTrail } from './activity.js';
-import type { Capsule, CapsuleStatus, KeyRecord } from '../domain/index.js';
+import type { Capsule, CapsuleStatus, KeyRecord, OutboxEvent } from '../domain/index.js';
 import { LIVE_STATUSES } from '../domain/index.js';
 import type { LiveState } from './capsules.js';
 import type { Deps } from './deps.js';
@@ -26,6 +26,7 @@ import type { EgressSessions } from './egress-sessions.js';
 import { regulatoryContext } from './regulatory.js';
 import { usageEntry } from './usage.js';
 import { fromRunner } from './runner-errors.js';
+import { newEvent, verifyUrl } from './webhooks.js';
 
 /** Ephemeral keys are not an authority's keys; the key record names them so. */
 export const EPHEMERAL_AUTHORITY = 'svc-ephemeral';
@@ -150,13 +151,24 @@ export class DestructionService {
         regulatory_context: regulatory,
         capsule_context: capsuleContext(c),
       };
+      const proofId = newId('prf_', this.d.random);
       await this.d.store.recordDestruction({
         capsule: c,
         from: LIVE_STATUSES,
         status,
         destroyed_at: destroyedAt,
+        events: [
+          this.cdpGenerated(c, proofId, record as unknown as Record<string, unknown>),
+          newEvent(this.d, c.customer_id, status === 'expired' ? 'capsule.expired' : 'capsule.destroyed', {
+            capsule_id: c.id,
+            status,
+            destroyed_at: destroyedAt,
+            trigger,
+            proof_id: proofId,
+          }),
+        ],
         proof: {
-          proof_id: newId('prf_', this.d.random),
+          proof_id: proofId,
           capsule_id: c.id,
           customer_id: c.customer_id,
           record: record as unknown as Record<string, unknown>,
@@ -168,6 +180,7 @@ export class DestructionService {
         usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
       });
       this.egress.forget(c.id);
+      this.d.webhooks.kick?.();
       this.d.log.info({ capsule_id: c.id, trigger }, 'capsule destroyed');
       return response;
     } finally {
@@ -231,13 +244,23 @@ export class DestructionService {
     } finally {
       zeroize(key);
     }
+    const proofId = newId('prf_', this.d.random);
     await this.d.store.recordDestruction({
       capsule: c,
       from: LIVE_STATUSES,
       status: 'expired_unclean',
       destroyed_at: null,
+      events: [
+        this.cdpGenerated(c, proofId, record as unknown as Record<string, unknown>),
+        newEvent(this.d, c.customer_id, 'capsule.failed', {
+          capsule_id: c.id,
+          status: 'expired_unclean',
+          reason,
+          proof_id: proofId,
+        }),
+      ],
       proof: {
-        proof_id: newId('prf_', this.d.random),
+        proof_id: proofId,
         capsule_id: c.id,
         customer_id: c.customer_id,
         record: record as unknown as Record<string, unknown>,
@@ -248,6 +271,7 @@ export class DestructionService {
       key: record.attestation ? this.keyRecord(record.attestation.key_id, publicKey) : null,
       usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
     });
+    this.d.webhooks.kick?.();
     this.d.log.warn({ capsule_id: c.id, reason }, 'capsule expired unclean');
   }
 
@@ -280,6 +304,21 @@ export class DestructionService {
       if (page.length < ACTIVITY_PAGE) return false;
       after = page[page.length - 1]!.seq;
     }
+  }
+
+  /** cdp.generated: the stored proof's identity and hashes, and where anyone can verify it. */
+  private cdpGenerated(c: Capsule, proofId: string, record: Record<string, unknown>): OutboxEvent {
+    const termination = record.termination as { trigger?: unknown } | undefined;
+    return newEvent(this.d, c.customer_id, 'cdp.generated', {
+      capsule_id: c.id,
+      proof_id: proofId,
+      cdp_version: record.cdp_version ?? null,
+      completeness: record.completeness ?? 'complete',
+      canonical_hash: record.canonical_hash ?? null,
+      final_hash: record.final_hash ?? null,
+      termination: { trigger: termination?.trigger ?? null },
+      verify_url: verifyUrl(this.d, c.id),
+    });
   }
 
   private keyRecord(keyId: string, publicKey: string): KeyRecord {

@@ -14,8 +14,12 @@ import { ProofService } from './proofs.js';
 import { recover, RecoveryGate } from './recovery.js';
 import { Sweeper } from './sweeper.js';
 import { Retries } from './retries.js';
+import { WebhookService } from './webhooks.js';
+import { WebhookWorker } from './webhook-worker.js';
 
-export type { BillingDeps, Deps, Log } from './deps.js';
+export type { BillingDeps, Deps, Log, WebhookDeps } from './deps.js';
+export { WEBHOOK_ID_HEADER } from './webhook-worker.js';
+export { webhookSecretContext } from './webhooks.js';
 export { ITEM_FIELDS, itemRow, itemView } from './usage.js';
 export { issueKey } from './api-keys.js';
 export { systemClock, systemRandom, isoMicros, cycleStart } from './clock.js';
@@ -43,9 +47,16 @@ export interface Services {
   mfa: MfaService;
   usage: UsageService;
   billing: BillingService;
+  webhooks: WebhookService;
+  /** Delivers the outbox (start/stop with the server). */
+  webhookWorker: WebhookWorker;
 }
 
 export function buildServices(d: Deps, sweepIntervalMs: number): Services {
+  const webhookWorker = new WebhookWorker(d);
+  d.webhooks.kick = () => webhookWorker.kick();
+  const webhooks = new WebhookService(d);
+  webhooks.attach(webhookWorker);
   const live = new LiveState();
   const egress = new EgressSessions(d);
   const egressProfiles = new EgressProfileService(d);
@@ -67,6 +78,8 @@ export function buildServices(d: Deps, sweepIntervalMs: number): Services {
     mfa: new MfaService(d),
     usage: new UsageService(d),
     billing: new BillingService(d),
+    webhooks,
+    webhookWorker,
   };
 }
 export { emitLegacySessionProof } from './legacy-proof.js';

@@ -21,6 +21,7 @@ import type {
   KeyRecord,
   Limits,
   NewAccount,
+  OutboxEvent,
   ReserveOutcome,
   Store,
   StoredProof,
@@ -43,6 +44,7 @@ import {
 import type { Orm } from './orm.js';
 import { after, all, num, page, run } from './sql.js';
 import { insertUsage } from './usage-store.js';
+import { insertOutbox } from './webhook-store.js';
 import { LIVE_STATUSES } from '../domain/index.js';
 
 function toAccount(r: AccountRow): Account {
@@ -209,6 +211,7 @@ export class SqlStore implements Store {
     limits: Limits,
     cycleStart: string,
     billable: boolean,
+    onCount?: (before: number, after: number) => OutboxEvent[],
   ): Promise<ReserveOutcome> {
     const BIG = Number.MAX_SAFE_INTEGER;
     const monthly = limits.capsules_per_month ?? BIG;
@@ -225,13 +228,18 @@ export class SqlStore implements Store {
         );
         return t === 1 ? 'ok' : 'concurrent_capsules';
       }
-      const n = await this.run(
-        `update "accounts" set "capsules_used" = "capsules_used" + 1, "live_capsules" = "live_capsules" + 1
-         where "customer_id" = ? and "capsules_used" < ? and "live_capsules" < ? and "cdps_used" < ?`,
-        [customerId, monthly, live, cdps],
+      const moved = await all<{ capsules_used: unknown }>(
         em,
+        `update "accounts" set "capsules_used" = "capsules_used" + 1, "live_capsules" = "live_capsules" + 1
+         where "customer_id" = ? and "capsules_used" < ? and "live_capsules" < ? and "cdps_used" < ?
+         returning "capsules_used"`,
+        [customerId, monthly, live, cdps],
       );
-      if (n === 1) return 'ok';
+      if (moved.length === 1) {
+        const used = num(moved[0]!.capsules_used);
+        if (onCount) await insertOutbox(em, onCount(used - 1, used));
+        return 'ok';
+      }
       const r = await em.findOne(AccountEntity, { customer_id: customerId });
       if (!r) return 'capsules_per_month';
       if (num(r.cdps_used) >= cdps) return 'cdp_limit';
@@ -261,6 +269,7 @@ export class SqlStore implements Store {
     c: Capsule,
     first: { type: string; at: string; fields: Record<string, unknown> },
     usage: UsageEntry,
+    events: OutboxEvent[] = [],
   ): Promise<InsertCapsuleOutcome> {
     const row: CapsuleRow = {
       id: c.id,
@@ -313,6 +322,7 @@ export class SqlStore implements Store {
           fields: JSON.stringify(first.fields),
         });
         await insertUsage(em, usage, c.customer_id, c.id, c.billable);
+        await insertOutbox(em, events);
         return 'ok';
       });
     } catch (e) {
@@ -542,6 +552,7 @@ export class SqlStore implements Store {
         if (d.destroyed_at !== null) set.destroyed_at = d.destroyed_at;
         const moved = await em.nativeUpdate(CapsuleEntity, { id: d.capsule.id, status: { $in: [...d.from] } }, set);
         if (moved !== 1) throw new ApiError('resource_conflict', 'capsule already destroyed');
+        await insertOutbox(em, d.events ?? []);
         await this.run(
           'update "accounts" set "live_capsules" = "live_capsules" - 1 where "customer_id" = ? and "live_capsules" > 0',
           [d.capsule.customer_id],
