@@ -1,5 +1,6 @@
 // Starts the control plane on a given runner: store (migrations applied),
 // recovery against the runner, sweeper, HTTP listener. Returns a handle.
+import { FileSigner } from './signing/index.js';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
@@ -85,6 +86,8 @@ export async function startControlPlane(
     successUrl: config.stripe.successUrl ?? '',
     cancelUrl: config.stripe.cancelUrl ?? '',
   };
+  // Managed signing authority (docs/CONTROL_PLANE.md "Signing authority"); null = ephemeral keys.
+  const signer = config.signing ? new FileSigner(config.signing, () => clock.nowIso()) : null;
   const deps = {
     store,
     keys,
@@ -105,6 +108,7 @@ export async function startControlPlane(
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile),
     region: config.region,
     log: logger,
+    signer,
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };
   const services = buildServices(deps, config.sweepIntervalMs);
@@ -166,6 +170,7 @@ export async function startControlPlane(
       await new Promise<void>((res) => server.close(() => res()));
       await store.close();
       secrets.destroy();
+      signer?.close();
     },
   };
 }

@@ -13,6 +13,7 @@ import type {
   PurchasableTier,
   Random,
   SecretBox,
+  SignerPort,
   Store,
   Tier,
   TierTable,
@@ -63,6 +64,8 @@ export interface Deps {
   regulatory: RegulatoryMapping;
   region: string;
   log: Log;
+  /** Managed signing authority; absent = a fresh ephemeral key per proof. */
+  signer?: SignerPort | null;
   /** Hash/verify provider for proof verification (default: the library's isomorphic one). */
   proofCrypto?: CryptoProvider;
 }

@@ -11,6 +11,7 @@ import {
   type AuditRecord,
   type CapsuleContext,
   type EphemeralKey,
+  type SigningKeyMaterial,
   type Termination,
 } from '../../shared/proof/index.js';
 import { RunnerError, type DestroyResult } from '../../shared/runner-protocol.js';
@@ -42,8 +43,6 @@ function capsuleContext(c: Capsule): CapsuleContext {
       : {}),
   };
 }
-
-const b64 = (b: Uint8Array): string => Buffer.from(b).toString('base64');
 
 export class DestructionService {
   constructor(
@@ -112,11 +111,8 @@ export class DestructionService {
         ...(result.command_was_running || commandRunning ? { command_completed: false } : {}),
       };
       const regulatory = regulatoryContext(this.d.regulatory, c.jurisdiction);
-      const key = generateEphemeralKey(this.d.random);
-      const publicKey = b64(key.publicKey);
-      let record: AuditRecord;
-      try {
-        record = emitRecord(
+      const record = this.sign((key) =>
+        emitRecord(
           {
             capsule_id: c.id,
             created_at: c.created_at,
@@ -128,11 +124,9 @@ export class DestructionService {
             regulatory_context: regulatory,
             internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
           },
-          { mode: 'ephemeral', key },
-        );
-      } finally {
-        zeroize(key);
-      }
+          key,
+        ),
+      );
       const snapshot = await this.d.store.getCapsule(c.id);
       const response: Record<string, unknown> = {
         capsule_id: c.id,
@@ -159,7 +153,7 @@ export class DestructionService {
           partial: false,
           created_at: this.d.clock.nowIso(),
         },
-        key: this.keyRecord(record.attestation.key_id, publicKey),
+        key: this.keyRecordOf(record),
         usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
       });
       this.egress.forget(c.id);
@@ -188,11 +182,8 @@ export class DestructionService {
       return;
     }
     const activity = await this.d.store.activity(c.id);
-    const key = generateEphemeralKey(this.d.random);
-    const publicKey = b64(key.publicKey);
-    let record: AuditRecord;
-    try {
-      record = emitPartialRecord(
+    const record = this.sign((key) =>
+      emitPartialRecord(
         {
           capsule_id: c.id,
           created_at: c.created_at,
@@ -207,11 +198,9 @@ export class DestructionService {
           },
           internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
         },
-        { mode: 'ephemeral', key },
-      );
-    } finally {
-      zeroize(key);
-    }
+        key,
+      ),
+    );
     await this.d.store.recordDestruction({
       capsule: c,
       from: LIVE_STATUSES,
@@ -226,10 +215,41 @@ export class DestructionService {
         partial: true,
         created_at: this.d.clock.nowIso(),
       },
-      key: record.attestation ? this.keyRecord(record.attestation.key_id, publicKey) : null,
+      key: this.keyRecordOf(record),
       usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
     });
     this.d.log.warn({ capsule_id: c.id, reason }, 'capsule expired unclean');
+  }
+
+  /**
+   * Signs with the managed authority's current key when one is configured, else a fresh
+   * ephemeral key (zeroized after). A managed key that is unavailable answers 503.
+   */
+  private sign(emit: (key: SigningKeyMaterial) => AuditRecord): AuditRecord {
+    const signer = this.d.signer;
+    if (!signer) {
+      const key = generateEphemeralKey(this.d.random);
+      try {
+        return emit({ mode: 'ephemeral', key });
+      } finally {
+        zeroize(key);
+      }
+    }
+    const record = signer.withKey((k) => emit({ mode: 'managed', ...k }));
+    if (record === null) {
+      this.d.log.error({}, 'managed signing key unavailable');
+      throw new ApiError('service_unavailable', 'the signing key is unavailable; retry later', {
+        extra: { retry_after: 30, degradation_mode: 'signing_key_unavailable' },
+      });
+    }
+    return record;
+  }
+
+  /** Ephemeral keys are registered per proof; managed keys are answered by the signer. */
+  private keyRecordOf(record: AuditRecord): KeyRecord | null {
+    const att = record.attestation;
+    if (!att || record.signing_authority_id !== undefined) return null;
+    return this.keyRecord(att.key_id, att.public_key.replace(/^base64:/, ''));
   }
 
   private keyRecord(keyId: string, publicKey: string): KeyRecord {

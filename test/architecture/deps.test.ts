@@ -113,7 +113,7 @@ t.test('control-plane domain has no I/O and depends on no adapter', async (t) =>
 });
 
 /** control-plane folders that do I/O (adapters); domain/ and capsulefile/ are pure, service/ only sequences. */
-const ADAPTERS = ['store', 'http', 'runner', 'egress', 'secrets', 'base-image', 'policy', 'billing'];
+const ADAPTERS = ['store', 'http', 'runner', 'egress', 'secrets', 'base-image', 'policy', 'billing', 'signing'];
 
 t.test('control-plane adapters do not import each other', async (t) => {
   const adapters = ADAPTERS;
