@@ -71,6 +71,8 @@ export class DestructionService {
     if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id)) {
       throw new ApiError('resource_conflict', 'capsule already destroyed');
     }
+    // Until proofs can be signed later, a destroy without a usable key is refused before the wipe (no proof lost).
+    if (this.d.signer && this.d.signer.withKey(() => true) === null) throw keyUnavailable();
     this.live.destroying.add(c.id);
     try {
       const commandRunning = this.live.isRunning(c.id);
@@ -238,9 +240,7 @@ export class DestructionService {
     const record = signer.withKey((k) => emit({ mode: 'managed', ...k }));
     if (record === null) {
       this.d.log.error({}, 'managed signing key unavailable');
-      throw new ApiError('service_unavailable', 'the signing key is unavailable; retry later', {
-        extra: { retry_after: 30, degradation_mode: 'signing_key_unavailable' },
-      });
+      throw keyUnavailable();
     }
     return record;
   }
@@ -262,6 +262,12 @@ export class DestructionService {
       signing_key_version: 1,
     };
   }
+}
+
+function keyUnavailable(): ApiError {
+  return new ApiError('service_unavailable', 'the signing key is unavailable; retry later', {
+    extra: { retry_after: 30, degradation_mode: 'signing_key_unavailable' },
+  });
 }
 
 /** Belt and braces: emitRecord zeroizes too; a throw before it must not leak. */
