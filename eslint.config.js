@@ -5,7 +5,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'data/**', '**/node_modules/**'] },
+  { ignores: ['dist/**', 'node_modules/**', 'data/**', '**/node_modules/**', 'clients/*/dist/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
@@ -16,6 +16,11 @@ export default tseslint.config(
         { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' },
       ],
     },
+  },
+  {
+    // The browser verifier page's own script runs in browsers.
+    files: ['control-plane/http/verify-page/**/*.js'],
+    languageOptions: { globals: { ...globals.browser } },
   },
   {
     // CommonJS workload scripts that run inside capsules.

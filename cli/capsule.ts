@@ -5,9 +5,11 @@
 type Command = { summary: string; load: () => Promise<{ main(argv: string[]): Promise<number> }> };
 
 const commands: Record<string, Command> = {
+  run: { summary: 'run one command in a fresh capsule and keep its proof', load: () => import('./run.js') },
   verify: { summary: 'verify proof files offline', load: () => import('./verify.js') },
   serve: { summary: 'start the control plane (and a local runner)', load: () => import('./serve.js') },
   admin: { summary: 'operator commands (set-tier)', load: () => import('./admin.js') },
+  openapi: { summary: 'print the OpenAPI 3.1 document', load: () => import('./openapi.js') },
   capsulefile: { summary: 'hash or push a Capsulefile directory', load: () => import('./capsulefile.js') },
 };
 

@@ -22,13 +22,13 @@ const USAGE = `usage: capsule capsulefile hash DIR
 `;
 
 /** A failure to report in one line (exit 1). */
-class Failure extends Error {}
+export class Failure extends Error {}
 
 type LoadedFile = CapsulefileFileEntry & { bytes: Uint8Array };
 type Source = { definition: CapsulefileDefinition; files: LoadedFile[] };
 
 /** Reads DIR/Capsulefile.yaml and every listed file; refuses symlinks and anything escaping DIR. */
-async function loadSource(dir: string): Promise<Source> {
+export async function loadSource(dir: string): Promise<Source> {
   let root: string;
   try {
     root = await realpath(dir);

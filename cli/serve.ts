@@ -3,6 +3,8 @@
 // (--runner-socket or CAPSULE_RUNNER_SOCKET), it spawns a local runner child
 // (dist/sandbox-runner/main.js) whose socket and state live under
 // /run/capsule-runner/<hash of the data dir>, so that this one command is a working single-node install.
+// That runner dies with serve (parent-death signal and a parent-pid watch); if it dies on its own,
+// serve keeps answering (ready 503) and restarts it with backoff, then reconciles its capsules.
 // Secrets (DATABASE_URL) come only from the environment or *_FILE files;
 // nothing is generated: proofs are signed with per-proof ephemeral keys.
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -21,6 +23,10 @@ import {
 } from '../control-plane/index.js';
 
 const USAGE = 'usage: capsule serve [--port N] [--data-dir DIR] [--runner-socket PATH]\n';
+/** Restart backoff of the local runner: 0.5 s doubling to 30 s; reset once a runner stayed up a minute. */
+const RUNNER_BACKOFF_BASE_MS = 500;
+const RUNNER_BACKOFF_MAX_MS = 30_000;
+const RUNNER_STABLE_MS = 60_000;
 const RUNNER_MAIN = fileURLToPath(new URL('../sandbox-runner/main.js', import.meta.url));
 
 function parseArgs(argv: string[]): ConfigOverrides | string {
@@ -98,6 +104,8 @@ async function spawnRunner(dataDir: string, procSwaps: string): Promise<{ child:
       `--socket=${socket}`,
       `--state_dir=${join(dir, 'state')}`,
       `--proc_swaps=${procSwaps}`,
+      // A parent-pid watch besides the parent-death signal: the runner never outlives this process.
+      '--exit_with_parent=1',
     ],
     {
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -106,7 +114,10 @@ async function spawnRunner(dataDir: string, procSwaps: string): Promise<{ child:
   writeFileSync(pidFile, String(child.pid ?? ''), { mode: 0o600 });
   await new Promise<void>((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error('runner did not report ready within 30 s')), 30_000);
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL'); // never leave a runner that is not ready behind
+      reject(new Error('runner did not report ready within 30 s'));
+    }, 30_000);
     child.once('exit', (code) => {
       clearTimeout(timer);
       reject(new Error(`runner exited with code ${code} before it was ready`));
@@ -160,6 +171,7 @@ export async function main(argv: string[]): Promise<number> {
     );
   let child: ChildProcess | null = null;
   let socket = config.runnerSocket;
+  const local = !socket;
   if (!socket) ({ child, socket } = await spawnRunner(config.dataDir, config.procSwaps));
   const sock = socket;
   const runner = new ReconnectingRunner(() => new RunnerClient(sock));
@@ -170,26 +182,68 @@ export async function main(argv: string[]): Promise<number> {
   );
   return new Promise<number>((resolve) => {
     let stopping = false;
+    let restartTimer: NodeJS.Timeout | null = null;
+    /** Restarts in a row that did not stay up for RUNNER_STABLE_MS: the backoff exponent. */
+    let failures = 0;
+    let startedAt = Date.now();
     const stop = async (): Promise<void> => {
       if (stopping) return;
       stopping = true;
+      if (restartTimer) clearTimeout(restartTimer);
       await cp.close().catch(() => undefined);
       await runner.close().catch(() => undefined);
-      if (child && child.exitCode === null) {
-        child.kill('SIGTERM');
+      const c = child;
+      if (c && c.exitCode === null && c.signalCode === null) {
+        c.kill('SIGTERM');
         await new Promise((r) => {
-          child?.once('exit', r);
+          c.once('exit', r);
           setTimeout(r, 15_000).unref();
         });
       }
       resolve(0);
     };
+    // The local runner died: the control plane keeps serving (ready 503, capsule calls 503) while
+    // it is restarted with backoff; the new runner recovers the capsules, and reconciliation marks
+    // them expired_unclean with partial proofs, as after a restart of the whole server.
+    const scheduleRestart = (why: string): void => {
+      if (Date.now() - startedAt >= RUNNER_STABLE_MS) failures = 0;
+      const delay = Math.min(RUNNER_BACKOFF_MAX_MS, RUNNER_BACKOFF_BASE_MS * 2 ** failures);
+      failures++;
+      process.stderr.write(`capsule serve: the local runner ${why}; restarting it in ${delay} ms\n`);
+      restartTimer = setTimeout(() => void restart(), delay);
+    };
+    const watch = (c: ChildProcess): void => {
+      c.once('exit', (code, signal) => {
+        if (stopping || c !== child) return;
+        child = null;
+        runner.reconnect();
+        scheduleRestart(`exited (${signal ?? `code ${code}`})`);
+      });
+    };
+    const restart = async (): Promise<void> => {
+      restartTimer = null;
+      if (stopping) return;
+      startedAt = Date.now();
+      try {
+        const r = await spawnRunner(config.dataDir, config.procSwaps);
+        if (stopping) {
+          r.child.kill('SIGTERM');
+          return;
+        }
+        child = r.child;
+        watch(r.child);
+        runner.reconnect();
+        cp.services.recovery.reset();
+        const report = await cp.services.recovery.ensure().catch(() => null);
+        process.stderr.write(
+          `capsule serve: the local runner is back${report ? ` (${report.expired_unclean.length} capsules expired_unclean)` : ''}\n`,
+        );
+      } catch (e) {
+        if (!stopping) scheduleRestart(`did not start (${(e as Error).message})`);
+      }
+    };
     process.once('SIGINT', () => void stop());
     process.once('SIGTERM', () => void stop());
-    child?.once('exit', (code) => {
-      if (stopping) return;
-      process.stderr.write(`capsule serve: the local runner exited (code ${code}); stopping\n`);
-      void stop().then(() => resolve(1));
-    });
+    if (local && child) watch(child);
   });
 }

@@ -19,6 +19,9 @@ export interface MasterKeyConfig {
   generateIfMissing: boolean;
 }
 
+/** Default cap of one capsule's activity trail (docs/CONTROL_PLANE.md): bounds its proof's size and build memory. */
+export const DEFAULT_MAX_ACTIVITY_EVENTS = 10_000;
+
 export interface Config {
   host: string;
   port: number;
@@ -34,6 +37,8 @@ export interface Config {
   /** Per-IP and per-customer limits; only benchmarks turn them off. */
   rateLimits: boolean;
   sweepIntervalMs: number;
+  /** Events one capsule's activity trail may hold (CAPSULE_MAX_ACTIVITY_EVENTS); past it events are counted, not stored. */
+  maxActivityEvents: number;
   /** Install-wide ceiling on one upload body over every tier's `upload_max_bytes`; null = the tier values alone. */
   uploadMaxBytes: number | null;
   /** Bounds of the HTTP listener (hostile clients: connection floods, slow clients, oversized bodies). */
@@ -48,6 +53,8 @@ export interface Config {
   egressExtraCaPem: string | null;
   /** Directory of the per-capsule egress proxy sockets; must be reachable by the runner (CAPSULE_EGRESS_SOCKET_DIR, default <dataDir>/egress). */
   egressSocketDir: string;
+  /** What the sealed egress layer may hold in memory (docs/EGRESS.md section 6). */
+  egressBudgets: EgressBudgets;
   /** Per-tier Capsulefile limits (policies/capsulefile-tier-limits.yaml). */
   capsulefileLimits: Record<
     'free' | 'starter' | 'business' | 'enterprise',
@@ -62,6 +69,7 @@ export interface Config {
   stripe: StripeConfig;
   /** Managed signing authority (CAPSULE_SIGNING_AUTHORITY_ID + CAPSULE_SIGNING_KEY_FILES); null = ephemeral keys. */
   signing: SigningConfig | null;
+  webhooks: WebhookConfig;
 }
 
 /** A managed signing authority: its id and the key file of each version (PKCS#8 PEM Ed25519). */
@@ -94,6 +102,63 @@ function signingConfig(env: NodeJS.ProcessEnv): SigningConfig | null {
   return { authorityId: id, keyFiles };
 }
 
+/** Webhook delivery (docs/WEBHOOKS.md). */
+export interface WebhookConfig {
+  /** CAPSULE_WEBHOOK_ALLOW_PRIVATE=1: loopback/private receivers, plain http and extra trust anchors allowed (development, tests, self-hosted). */
+  allowPrivate: boolean;
+  /** CAPSULE_WEBHOOK_EXTRA_CA: PEM trust anchors added for receivers (only with allowPrivate). */
+  extraCaPem: string | null;
+  /** CAPSULE_WEBHOOK_TIMEOUT_MS (default 10000): one attempt, connect to last response byte. */
+  timeoutMs: number;
+  /** CAPSULE_WEBHOOK_CONCURRENCY (default 16): attempts in flight in this process; 0 = this process does not deliver. */
+  concurrency: number;
+  /** CAPSULE_WEBHOOK_PER_ENDPOINT (default 2): attempts in flight to one endpoint from this process. */
+  perEndpoint: number;
+  /** CAPSULE_WEBHOOK_POLL_MS (default 500): how often the outbox is read when nothing wakes the worker. */
+  pollMs: number;
+}
+
+function intEnv(env: NodeJS.ProcessEnv, name: string, dflt: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return dflt;
+  const v = Number(raw);
+  if (!Number.isSafeInteger(v) || v < min || v > max)
+    throw new ConfigError(`${name}: an integer from ${min} to ${max}`);
+  return v;
+}
+
+function webhookConfig(env: NodeJS.ProcessEnv): WebhookConfig {
+  let allowPrivate: boolean;
+  try {
+    allowPrivate = bool(env.CAPSULE_WEBHOOK_ALLOW_PRIVATE, false);
+  } catch (e) {
+    throw new ConfigError(`CAPSULE_WEBHOOK_ALLOW_PRIVATE: ${(e as Error).message}`);
+  }
+  let extraCaPem: string | null = null;
+  const caFile = env.CAPSULE_WEBHOOK_EXTRA_CA;
+  if (caFile) {
+    if (!allowPrivate)
+      throw new ConfigError(
+        'CAPSULE_WEBHOOK_EXTRA_CA: only with CAPSULE_WEBHOOK_ALLOW_PRIVATE=1 (development receivers)',
+      );
+    try {
+      extraCaPem = readFileSync(caFile, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`CAPSULE_WEBHOOK_EXTRA_CA (${caFile}): ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (!extraCaPem.includes('-----BEGIN CERTIFICATE-----'))
+      throw new ConfigError(`CAPSULE_WEBHOOK_EXTRA_CA (${caFile}): no PEM certificate in the file`);
+  }
+  return {
+    allowPrivate,
+    extraCaPem,
+    timeoutMs: intEnv(env, 'CAPSULE_WEBHOOK_TIMEOUT_MS', 10_000, 100, 60_000),
+    concurrency: intEnv(env, 'CAPSULE_WEBHOOK_CONCURRENCY', 16, 0, 1024),
+    perEndpoint: intEnv(env, 'CAPSULE_WEBHOOK_PER_ENDPOINT', 2, 1, 64),
+    pollMs: intEnv(env, 'CAPSULE_WEBHOOK_POLL_MS', 500, 10, 60_000),
+  };
+}
+
 /** Billing through Stripe; each part is optional and its endpoint answers 503 naming the missing setting. */
 export interface StripeConfig {
   /** CAPSULE_STRIPE_SECRET_KEY[_FILE]. */
@@ -109,6 +174,41 @@ export interface StripeConfig {
   /** CAPSULE_STRIPE_SUCCESS_URL / _CANCEL_URL; null = under the base URL. */
   successUrl: string | null;
   cancelUrl: string | null;
+}
+
+/** Memory bounds of the sealed egress proxies; defaults in DEFAULT_EGRESS_BUDGETS. */
+export interface EgressBudgets {
+  /** Bytes one capsule's proxy holds for MCP inspection at once (CAPSULE_EGRESS_INSPECT_BYTES_PER_CAPSULE); past it: 429. */
+  inspectBytesPerCapsule: number;
+  /** Same, for every proxy of the process together (CAPSULE_EGRESS_INSPECT_BYTES_PER_PROCESS). */
+  inspectBytesPerProcess: number;
+  /** Egress events per capsule handed to the trail and not yet stored (CAPSULE_EGRESS_EVENT_QUEUE); past it: dropped, stated. */
+  maxQueuedEvents: number;
+}
+
+export const DEFAULT_EGRESS_BUDGETS: EgressBudgets = Object.freeze({
+  inspectBytesPerCapsule: 32 * 1024 * 1024,
+  inspectBytesPerProcess: 256 * 1024 * 1024,
+  maxQueuedEvents: 2048,
+});
+
+function egressBudgets(env: NodeJS.ProcessEnv): EgressBudgets {
+  const out = { ...DEFAULT_EGRESS_BUDGETS };
+  const names: [keyof EgressBudgets, string][] = [
+    ['inspectBytesPerCapsule', 'CAPSULE_EGRESS_INSPECT_BYTES_PER_CAPSULE'],
+    ['inspectBytesPerProcess', 'CAPSULE_EGRESS_INSPECT_BYTES_PER_PROCESS'],
+    ['maxQueuedEvents', 'CAPSULE_EGRESS_EVENT_QUEUE'],
+  ];
+  for (const [k, name] of names) {
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    const v = Number(raw);
+    if (!Number.isSafeInteger(v) || v < 1) throw new ConfigError(`${name}: a positive integer`);
+    out[k] = v;
+  }
+  if (out.inspectBytesPerCapsule > out.inspectBytesPerProcess)
+    throw new ConfigError('CAPSULE_EGRESS_INSPECT_BYTES_PER_CAPSULE: at most CAPSULE_EGRESS_INSPECT_BYTES_PER_PROCESS');
+  return out;
 }
 
 /** The HTTP edge's bounds; defaults in DEFAULT_HTTP_LIMITS, documented in docs/CONTROL_PLANE.md. */
@@ -397,6 +497,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
   const baseUrl = env.CAPSULE_BASE_URL ? env.CAPSULE_BASE_URL.replace(/\/$/, '') : null;
   const sweep = Number(env.CAPSULE_SWEEP_INTERVAL_MS ?? 1000);
   if (!Number.isFinite(sweep) || sweep < 50) throw new ConfigError('CAPSULE_SWEEP_INTERVAL_MS: at least 50');
+  const maxActivity = Number(env.CAPSULE_MAX_ACTIVITY_EVENTS ?? DEFAULT_MAX_ACTIVITY_EVENTS);
+  if (!Number.isSafeInteger(maxActivity) || maxActivity < 10 || maxActivity > 10_000_000)
+    throw new ConfigError('CAPSULE_MAX_ACTIVITY_EVENTS: an integer in 10..10000000');
   const upload = env.CAPSULE_UPLOAD_MAX_BYTES ? Number(env.CAPSULE_UPLOAD_MAX_BYTES) : null;
   if (upload !== null && (!Number.isSafeInteger(upload) || upload < 1))
     throw new ConfigError('CAPSULE_UPLOAD_MAX_BYTES: a positive integer');
@@ -411,6 +514,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     region: env.CAPSULE_REGION ?? 'local',
     rateLimits: bool(env.CAPSULE_RATE_LIMITS, true),
     sweepIntervalMs: sweep,
+    maxActivityEvents: maxActivity,
     uploadMaxBytes: upload,
     http: httpLimits(env),
     paidTiers: paid,
@@ -420,12 +524,14 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     systemCapsulefilesDir: env.CAPSULE_SYSTEM_CAPSULEFILES_DIR ?? policy('system-capsulefiles'),
     egressExtraCaPem,
     egressSocketDir,
+    egressBudgets: egressBudgets(env),
     capsulefileLimits,
     masterKey,
     procSwaps,
     prices: loadPrices(env.CAPSULE_PRICES_FILE ?? policy('prices.yaml')),
     stripe: stripeConfig(env),
     signing: signingConfig(env),
+    webhooks: webhookConfig(env),
   };
 }
 

@@ -11,3 +11,4 @@ export {
   type CapsulefileDefinition,
   type CapsulefileFileEntry,
 } from './capsulefile/index.js';
+export { openapiDocument, OPERATIONS, type Operation } from './http/openapi.js';

@@ -12,7 +12,14 @@ import { EnvelopeBox } from './secrets/envelope.js';
 import { loadMasterKey } from './secrets/master-key.js';
 import type { Clock, Random, Store } from './domain/index.js';
 import { TierTable } from './domain/index.js';
-import { capConnectionsPerSource, createApp, RateLimiter, type ConnectionGuard } from './http/app.js';
+import {
+  capConnectionsPerSource,
+  createApp,
+  RateLimiter,
+  servedRoutes,
+  type ConnectionGuard,
+  type ServedRoute,
+} from './http/app.js';
 import { loadRegulatoryMapping, readSystemCapsulefiles } from './policy/index.js';
 import {
   buildServices,
@@ -27,6 +34,7 @@ import type { BaseImage } from './capsulefile/index.js';
 import { openStores } from './store/index.js';
 import { ProxyEgress, type ProxyEgressOptions } from './egress/index.js';
 import { stripeBilling } from './billing/stripe.js';
+import { HttpsWebhookSender, type WebhookResolver } from './webhooks/sender.js';
 
 export interface ControlPlane {
   url: string;
@@ -37,6 +45,8 @@ export interface ControlPlane {
   recovery: RecoveryReport | null;
   /** The per-source connection cap of the listener. */
   connections: ConnectionGuard;
+  /** Every method and path the app routes (compared with the OpenAPI registry in tests). */
+  routes: ServedRoute[];
   close(): Promise<void>;
 }
 
@@ -53,6 +63,8 @@ export interface StartOptions {
    * their hostnames to 127.0.0.1) and the proxy bounds. Default: host DNS, the proxy's defaults.
    */
   egress?: Pick<ProxyEgressOptions, 'resolver' | 'limits'>;
+  /** Test seam: the DNS resolver of webhook delivery (default: the system resolver). */
+  webhookResolver?: WebhookResolver;
 }
 
 export async function startControlPlane(
@@ -66,10 +78,28 @@ export async function startControlPlane(
   const masterKey = loadMasterKey(requireMasterKey(config), logger);
   const secrets = new EnvelopeBox(masterKey);
   masterKey.fill(0);
-  const { store, capsulefiles, egressProfiles, keys, usage, billing: billingStore } = await openStores(config.database);
+  const {
+    store,
+    capsulefiles,
+    egressProfiles,
+    keys,
+    usage,
+    billing: billingStore,
+    webhooks: webhookStore,
+  } = await openStores(config.database);
+  const wh = config.webhooks;
+  const webhookSender = new HttpsWebhookSender({
+    allowPrivate: wh.allowPrivate,
+    extraCaPem: wh.extraCaPem,
+    ...(opts.webhookResolver ? { resolver: opts.webhookResolver } : {}),
+  });
+  const webhookBase = { value: '' };
+  if (wh.allowPrivate)
+    logger.warn({}, 'webhooks: private and loopback receivers allowed (CAPSULE_WEBHOOK_ALLOW_PRIVATE)');
   const egress = new ProxyEgress({
     socketDir: config.egressSocketDir,
     extraCaPem: config.egressExtraCaPem,
+    budgets: config.egressBudgets,
     random,
     ...opts.egress,
     // Refusals carry host, port and reason only (no customer bytes).
@@ -98,6 +128,16 @@ export async function startControlPlane(
     capsulefiles,
     egressProfiles,
     secrets,
+    webhooks: {
+      store: webhookStore,
+      sender: webhookSender,
+      allowPrivate: wh.allowPrivate,
+      timeoutMs: wh.timeoutMs,
+      concurrency: wh.concurrency,
+      perEndpoint: wh.perEndpoint,
+      pollMs: wh.pollMs,
+      baseUrl: webhookBase,
+    },
     egress,
     baseImage: opts.baseImage ?? new HostBaseImage(),
     capsulefileLimits: config.capsulefileLimits,
@@ -107,6 +147,7 @@ export async function startControlPlane(
     tiers: new TierTable(config.paidTiers, config.uploadMaxBytes),
     regulatory: loadRegulatoryMapping(config.regulatoryMappingFile),
     region: config.region,
+    maxActivityEvents: config.maxActivityEvents,
     log: logger,
     signer,
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
@@ -135,6 +176,7 @@ export async function startControlPlane(
   const port = (server.address() as AddressInfo).port;
   const baseUrl = config.baseUrl ?? `http://${config.host}:${port}`;
   docsUrl = config.docsUrl ?? `${baseUrl}/docs`;
+  webhookBase.value = baseUrl;
   billing.successUrl ||= `${baseUrl}/billing/success?session_id={CHECKOUT_SESSION_ID}`;
   billing.cancelUrl ||= `${baseUrl}/billing/cancel`;
   const app = createApp({
@@ -154,6 +196,7 @@ export async function startControlPlane(
   });
   server.on('request', app.callback());
   services.sweeper.start();
+  services.webhookWorker.start();
   logger.info({ port, driver: config.database.driver }, 'control plane listening');
   return {
     url: `http://${config.host}:${port}`,
@@ -162,8 +205,11 @@ export async function startControlPlane(
     services,
     recovery,
     connections,
+    routes: servedRoutes(app),
     async close() {
       await services.sweeper.stop();
+      await services.webhookWorker.stop();
+      webhookSender.close();
       await services.egress.stopAll();
       await services.proofs.close();
       server.closeAllConnections();

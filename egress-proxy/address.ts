@@ -144,3 +144,24 @@ export function specialRange(ip: IpAddr): { kind: SpecialKind; range: Cidr } | n
   for (const s of SPECIAL_RANGES) if (cidrContains(s.range, n)) return s;
   return null;
 }
+
+/**
+ * Private-use ranges (RFC 1918, RFC 6598 shared address space, RFC 4193
+ * unique local). The sealed egress proxy reaches them only when a rule names
+ * them; webhook delivery refuses them unless the operator allows private receivers.
+ */
+export const PRIVATE_RANGES: readonly { range: Cidr; why: string }[] = [
+  { range: cidr('10.0.0.0/8'), why: 'RFC 1918 private network' },
+  { range: cidr('172.16.0.0/12'), why: 'RFC 1918 private network' },
+  { range: cidr('192.168.0.0/16'), why: 'RFC 1918 private network' },
+  { range: cidr('100.64.0.0/10'), why: 'RFC 6598 carrier-grade NAT shared space' },
+  { range: cidr('fc00::/7'), why: 'RFC 4193 unique local IPv6' },
+];
+
+/** What an address is, for callers that refuse non-public destinations: a special kind, 'private' or 'public'. */
+export function addressClass(ip: IpAddr): SpecialKind | 'private' | 'public' {
+  const s = specialRange(ip);
+  if (s) return s.kind;
+  const n = normalizeIp(ip);
+  return PRIVATE_RANGES.some((p) => cidrContains(p.range, n)) ? 'private' : 'public';
+}

@@ -3,7 +3,7 @@
 // connect to. No I/O besides the injected resolver.
 import { formatIp, normalizeIp, parseIp, type IpAddr } from './address.js';
 import { checkDestination, checkHostname, type CompiledPolicy, type Refusal } from './allowlist.js';
-import type { EgressRefusal } from './events.js';
+import type { RefusalKind } from './refusals.js';
 import type { Target } from './runtime.js';
 
 export interface ResolvedAddress {
@@ -15,7 +15,19 @@ export type Resolver = (hostname: string) => Promise<ResolvedAddress[]>;
 
 export type Admission =
   | { ok: true; target: Target }
-  | { ok: false; status: 400 | 403 | 502 | 504; reason: EgressRefusal['reason']; detail: string };
+  | {
+      ok: false;
+      kind: Extract<
+        RefusalKind,
+        | 'bad_target'
+        | 'not_in_profile'
+        | 'not_in_declaration'
+        | 'special_address'
+        | 'resolve_failed'
+        | 'resolve_timeout'
+      >;
+      detail: string;
+    };
 
 const refusalText = (r: Refusal): string =>
   r.reason === 'special_address'
@@ -50,22 +62,21 @@ export async function admit(
   port: number,
 ): Promise<Admission> {
   if (!Number.isInteger(port) || port < 1 || port > 65535)
-    return { ok: false, status: 400, reason: 'bad_target', detail: 'port out of range' };
+    return { ok: false, kind: 'bad_target', detail: 'port out of range' };
   const literal = parseIp(rawHost);
   if (literal) {
     const host = formatIp(literal);
     const r = checkDestination(policy, { host, hostIsIp: true, port, address: literal });
-    if (r) return { ok: false, status: 403, reason: r.reason, detail: refusalText(r) };
+    if (r) return { ok: false, kind: r.reason, detail: refusalText(r) };
     // An IPv4-mapped IPv6 literal is connected to as the IPv4 address it maps (the one that was checked).
     return { ok: true, target: { scheme, host, hostIsIp: true, port, address: formatIp(normalizeIp(literal)) } };
   }
   const name = checkHostname(rawHost);
-  if (!name.ok || name.value.startsWith('*.'))
-    return { ok: false, status: 400, reason: 'bad_target', detail: 'not a valid hostname' };
+  if (!name.ok || name.value.startsWith('*.')) return { ok: false, kind: 'bad_target', detail: 'not a valid hostname' };
   const host = name.value;
   // Before DNS: an unlisted name is never looked up.
   const pre = checkDestination(policy, { host, hostIsIp: false, port });
-  if (pre) return { ok: false, status: 403, reason: pre.reason, detail: refusalText(pre) };
+  if (pre) return { ok: false, kind: pre.reason, detail: refusalText(pre) };
   let resolved: ResolvedAddress[];
   try {
     resolved = await withTimeout(resolver(host), resolveTimeoutMs);
@@ -73,8 +84,7 @@ export async function admit(
     const code = (err as NodeJS.ErrnoException).code ?? 'ERROR';
     return {
       ok: false,
-      status: code === 'ETIMEOUT' ? 504 : 502,
-      reason: 'resolve_failed',
+      kind: code === 'ETIMEOUT' ? 'resolve_timeout' : 'resolve_failed',
       detail: `could not resolve (${code})`,
     };
   }
@@ -86,6 +96,6 @@ export async function admit(
     if (!r) return { ok: true, target: { scheme, host, hostIsIp: false, port, address: formatIp(normalizeIp(ip)) } };
     first ??= r;
   }
-  if (!first) return { ok: false, status: 502, reason: 'resolve_failed', detail: 'no address' };
-  return { ok: false, status: 403, reason: first.reason, detail: refusalText(first) };
+  if (!first) return { ok: false, kind: 'resolve_failed', detail: 'no address' };
+  return { ok: false, kind: first.reason, detail: refusalText(first) };
 }

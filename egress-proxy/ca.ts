@@ -9,7 +9,7 @@
 // WARNING: OpenSSL also holds copies (the signing KeyObject, each TLS
 // SecureContext); those are released to the garbage collector, not measured,
 // and the evidence says so.
-import { createHash, createPrivateKey, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
+import { createHash, createPrivateKey, generateKeyPair, sign, type KeyObject } from 'node:crypto';
 import { createSecureContext as tlsContext, type SecureContext } from 'node:tls';
 import forge from 'node-forge';
 
@@ -70,13 +70,24 @@ function pemBuffer(der: Buffer, label: string): Buffer {
   return out.subarray(0, o);
 }
 
-function rsaKeyPair(): { der: Buffer; publicPem: string } {
-  const kp = generateKeyPairSync('rsa', {
-    modulusLength: 2048,
-    publicKeyEncoding: { type: 'spki', format: 'pem' },
-    privateKeyEncoding: { type: 'pkcs8', format: 'der' },
-  });
-  return { der: kp.privateKey, publicPem: kp.publicKey };
+interface RsaKeyPair {
+  der: Buffer;
+  publicPem: string;
+}
+
+/** RSA-2048 generated on libuv's thread pool: the API process's event loop keeps serving meanwhile. */
+function rsaKeyPair(): Promise<RsaKeyPair> {
+  return new Promise((resolve, reject) =>
+    generateKeyPair(
+      'rsa',
+      {
+        modulusLength: 2048,
+        publicKeyEncoding: { type: 'spki', format: 'pem' },
+        privateKeyEncoding: { type: 'pkcs8', format: 'der' },
+      },
+      (err, publicPem, der) => (err ? reject(err) : resolve({ der, publicPem })),
+    ),
+  );
 }
 
 /** forge "signer": forge hands us the md it fed the TBS bytes into; we sign those bytes natively. */
@@ -112,12 +123,16 @@ export class CapsuleCa {
   #notBefore: Date;
   #notAfter: Date;
 
-  constructor(opts: CaOptions) {
+  /** Generates the CA and leaf keys (in parallel, off the event loop) and the CA certificate. */
+  static async create(opts: CaOptions): Promise<CapsuleCa> {
+    const [ca, leaf] = await Promise.all([rsaKeyPair(), rsaKeyPair()]);
+    return new CapsuleCa(opts, ca, leaf);
+  }
+
+  private constructor(opts: CaOptions, ca: RsaKeyPair, leaf: RsaKeyPair) {
     this.#opts = opts;
-    const ca = rsaKeyPair();
     this.#caDer = ca.der;
     this.#caKey = createPrivateKey({ key: ca.der, format: 'der', type: 'pkcs8' });
-    const leaf = rsaKeyPair();
     this.#leafDer = leaf.der;
     this.#leafPem = pemBuffer(leaf.der, 'PRIVATE KEY');
     this.#leafPublic = forge.pki.publicKeyFromPem(leaf.publicPem);

@@ -4,6 +4,7 @@
 import { X509Certificate } from 'node:crypto';
 import { lookup } from 'node:dns/promises';
 import type { Resolver } from './admission.js';
+import type { ByteBudget } from './budget.js';
 import type { Rule } from './allowlist.js';
 import type { EgressEvent, EgressRefusal } from './events.js';
 import { checkMcpPolicy, type McpPolicy } from './mcp-policy.js';
@@ -28,11 +29,16 @@ export interface EgressProxyConfig {
   clock?: EgressClock;
   /** Randomness for certificate serial numbers. */
   random?: (n: number) => Uint8Array;
-  /** Activity events, in emission order. Must not throw (a throw is swallowed and counted). */
-  onEvent: (event: EgressEvent) => void;
+  /**
+   * Activity events, in emission order. Must not throw (a throw is swallowed and counted). A returned
+   * promise settles when the event is stored: the proxy keeps at most limits.maxQueuedEvents unsettled.
+   */
+  onEvent: (event: EgressEvent) => unknown;
   /** Refused requests (not activity events): for operator logs/metrics. Carries no customer bytes. */
   onRefusal?: (refusal: EgressRefusal) => void;
   limits?: Partial<EgressLimits>;
+  /** Inspection budget shared by every proxy of the process (besides the capsule's own limits.inspectBudgetBytes). */
+  processInspectBudget?: ByteBudget;
 }
 
 /** Default wall/monotonic clock; RFC 3339 with six fraction digits. */

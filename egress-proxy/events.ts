@@ -60,22 +60,41 @@ export interface StreamingEgressStarted extends Base {
   framing: 'sse' | 'blocks';
 }
 
+/** One segment of a stream: 2^k consecutive chunks (the last may be fewer), see segments.ts. */
 export interface StreamingEgressChunk extends Base {
   type: 'StreamingEgressChunk';
   exchange: number;
+  /** Segment number within the exchange, from 0. */
   index: number;
+  first_chunk: number;
+  chunks: number;
   bytes: number;
-  chunk_hash: Sha512;
+  /** RFC 6962 root (SHA-512) over the segment's chunk digests: a node of the tree whose root is merkle_root. */
+  segment_root: Sha512;
 }
 
 export interface StreamingEgressCompleted extends Base {
   type: 'StreamingEgressCompleted';
   exchange: number;
   chunks: number;
+  /** StreamingEgressChunk events of this exchange. */
+  segments: number;
   total_bytes: number;
   /** RFC 6962 Merkle root (SHA-512) whose leaf data are the raw 64-byte chunk digests, in order. */
   merkle_root: Sha512;
   outcome: EgressOutcome;
+}
+
+/**
+ * Events were dropped because the capsule's queue to the recorder was full
+ * (the recorder fell behind); emitted once the queue drained, or at stop().
+ * Same shape as the control plane's trail cap event.
+ */
+export interface ActivityTruncated extends Base {
+  type: 'ActivityTruncated';
+  dropped_events: number;
+  first_dropped_type: string;
+  reason: 'egress_event_queue_full';
 }
 
 export type McpOutcome = 'success' | 'tool_error' | 'rpc_error' | 'http_error' | 'no_result' | 'result_too_large';
@@ -96,7 +115,12 @@ export interface McpToolInvoked extends Base {
 }
 
 export type EgressEvent =
-  SealedHttpRequest | StreamingEgressStarted | StreamingEgressChunk | StreamingEgressCompleted | McpToolInvoked;
+  | SealedHttpRequest
+  | StreamingEgressStarted
+  | StreamingEgressChunk
+  | StreamingEgressCompleted
+  | McpToolInvoked
+  | ActivityTruncated;
 
 /** Refusals are not activity events (nothing left the capsule); they go to an optional operator hook. */
 export interface EgressRefusal {
@@ -111,6 +135,7 @@ export interface EgressRefusal {
     | 'resolve_failed'
     | 'mcp_tool_denied'
     | 'body_too_large_for_inspection'
+    | 'inspection_budget_exhausted'
     | 'host_header_mismatch'
     | 'unsupported';
   detail?: string;

@@ -1,7 +1,7 @@
 // One proxied request/response: MCP inspection of the (bounded) request body,
 // forwarding to exactly the checked address, streaming the response back
 // while hashing it, and the activity events for it.
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import {
   request as httpRequest,
   type ClientRequest,
@@ -14,11 +14,13 @@ import { request as httpsRequest } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import type { EgressOutcome, TlsMetadata } from './events.js';
 import type { Runtime, Target } from './runtime.js';
-import { asSha512, canonicalRequest, requestCanonicalHash, sha512JcsOrNull } from './hashing.js';
+import { asSha512 } from './hashing.js';
 import { denialBody, inspectBody, toolAllowed, type Inspection } from './mcp-policy.js';
 import { mcpResult } from './mcp-result.js';
-import { MerkleAccumulator } from '../shared/proof/index.js';
-import { nodeCrypto } from '../shared/node/crypto-node.js';
+import type { BudgetHold } from './budget.js';
+import { refuse } from './refusals.js';
+import { SegmentedStream, type Segment } from './segments.js';
+import { exchangeEvents, segmentEvent, type ExchangeRecord } from './exchange-events.js';
 import { StreamChunker } from './sse.js';
 import { classifyUpstreamError, tlsMetadata } from './upstream.js';
 
@@ -60,18 +62,24 @@ export function hostHeader(t: Target): string {
   return t.port === (t.scheme === 'https' ? 443 : 80) ? h : `${h}:${t.port}`;
 }
 
-/** Plain-text error to the capsule; after headers went out the only signal left is cutting the connection. */
-export function sendError(res: ServerResponse, status: number, code: string, message: string): void {
-  if (res.headersSent) {
-    res.destroy();
-    return;
-  }
-  res.writeHead(status, {
-    'content-type': 'text/plain; charset=utf-8',
-    'x-capsule-egress-error': code,
-    connection: 'close',
+/** Bytes of a refused body read and thrown away before the connection is cut. */
+const DISCARD_MAX_BYTES = 64 * 1024 * 1024;
+const DISCARD_MAX_MS = 30_000;
+
+/**
+ * After an early refusal the rest of the body is read and thrown away, so a client still sending
+ * can read the answer (RFC 9110 section 15: a server may answer before the body is complete);
+ * past a bound of bytes or time the socket is cut.
+ */
+function discardRest(req: IncomingMessage): void {
+  let n = 0;
+  const cut = setTimeout(() => req.socket.destroy(), DISCARD_MAX_MS).unref();
+  req.on('data', (c: Buffer) => {
+    n += c.length;
+    if (n > DISCARD_MAX_BYTES) req.socket.destroy();
   });
-  res.end(`capsule egress: ${message}\n`);
+  req.once('close', () => clearTimeout(cut));
+  req.resume();
 }
 
 export function forward(
@@ -105,9 +113,20 @@ export function forward(
       Buffer.alloc(0),
       hasBody ? req : null,
       compressed ? { kind: 'fail_open', reason: 'compressed_body' } : { kind: 'not_tools_call' },
+      null,
     );
     return;
   }
+  const started = { exchange, startedAt, t0 };
+  if (!rt.mcpPolicy) {
+    // No tool policy, nothing to enforce: stream at once. A bounded copy still identifies a
+    // tools/call for the McpToolInvoked record (send, "deferred").
+    send(rt, req, res, target, pathAndQuery, started, Buffer.alloc(0), req, { kind: 'deferred' }, null);
+    return;
+  }
+  // With a tool policy the body is held until it is classified: bounded per body (413) and by the
+  // capsule's and the process's inspection budgets (429).
+  const hold = rt.hold();
   const chunks: Buffer[] = [];
   let size = 0;
   let handedOff = false;
@@ -116,7 +135,21 @@ export function forward(
     handedOff = true;
     req.off('data', onData);
     req.pause();
-    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, Buffer.concat(chunks), req, inspection);
+    send(rt, req, res, target, pathAndQuery, started, Buffer.concat(chunks), req, inspection, hold);
+  };
+  const refuseBody = (
+    reason: 'body_too_large_for_inspection' | 'inspection_budget_exhausted',
+    message: string,
+    extra: OutgoingHttpHeaders = {},
+  ) => {
+    handedOff = true;
+    req.off('data', onData);
+    chunks.length = 0;
+    hold.release();
+    rt.refuse({ host: target.host, port: target.port, reason });
+    // Kept alive: the client may still be sending; closing now would reset the connection and lose the answer.
+    refuse(res, reason, message, { connection: 'keep-alive', ...extra });
+    discardRest(req);
   };
   const onData = (c: Buffer) => {
     chunks.push(c);
@@ -138,26 +171,21 @@ export function forward(
         }
       }
     }
-    if (size <= rt.limits.maxInspectBytes) return;
-    handedOff = true;
-    req.off('data', onData);
-    req.pause();
-    if (rt.mcpPolicy) {
+    if (size > rt.limits.maxInspectBytes) {
       // Fail closed: an oversize tools/call would otherwise pass unchecked.
-      rt.refuse({ host: target.host, port: target.port, reason: 'body_too_large_for_inspection' });
-      sendError(
-        res,
-        413,
+      refuseBody(
         'body_too_large_for_inspection',
         `request body over ${rt.limits.maxInspectBytes} bytes cannot be checked against mcp_policy`,
       );
-      // Discard the rest (the response says connection: close); cut the socket if the client keeps sending.
-      req.resume();
-      res.once('finish', () => setTimeout(() => req.socket.destroy(), 2000).unref());
       return;
     }
-    // No tool policy: nothing to enforce, stream the rest through.
-    streamRest({ kind: 'not_tools_call' });
+    if (!hold.take(c.length)) {
+      refuseBody(
+        'inspection_budget_exhausted',
+        'too many request bodies held for mcp_policy inspection at once; retry later',
+        { 'retry-after': String(rt.limits.inspectRetryAfterS) },
+      );
+    }
   };
   req.on('data', onData);
   req.once('end', () => {
@@ -166,6 +194,7 @@ export function forward(
     const inspection = inspectBody(body, encoding);
     if (inspection.kind === 'tools_call' && !toolAllowed(rt.mcpPolicy, inspection.toolName)) {
       // Rejected before forwarding; not recorded in the proof (SPEC item 9).
+      hold.release();
       rt.refuse({ host: target.host, port: target.port, reason: 'mcp_tool_denied' });
       const text = denialBody(inspection.id, inspection.toolName);
       res.writeHead(200, {
@@ -176,9 +205,44 @@ export function forward(
       res.end(text);
       return;
     }
-    send(rt, req, res, target, pathAndQuery, { exchange, startedAt, t0 }, body, null, inspection);
+    send(rt, req, res, target, pathAndQuery, started, body, null, inspection, hold);
   });
 }
+
+/** The mutable facts of one exchange while its bytes flow (send() wires the I/O to it). */
+class ExchangeState {
+  readonly reqHash: Hash;
+  reqBytes: number;
+  readonly respHash: Hash = createHash('sha512');
+  respBytes = 0;
+  status: number | null = null;
+  tls: TlsMetadata | null = null;
+  streamed = false;
+  merkle: SegmentedStream | null = null;
+  chunker: StreamChunker | null = null;
+  /** The identified tools/call, and the bounded response copy its result is looked for in. */
+  mcp: ToolsCall | null;
+  mcpChunks: Buffer[] | null;
+  mcpBytes = 0;
+  /** "deferred" (no tool policy): a copy of a "{" body, bounded like an inspected one, classified at its end. */
+  copy: Buffer[] | null;
+  copyStarted = false;
+  /** The response began before the tools/call was identified: its start was not kept. */
+  resultMissed = false;
+  respContentType: string | undefined;
+  done = false;
+  /** The upstream connection (and TLS handshake) completed. */
+  secure = false;
+
+  constructor(prefix: Buffer, inspection: Inspection | { kind: 'deferred' }) {
+    this.reqHash = createHash('sha512').update(prefix);
+    this.reqBytes = prefix.length;
+    this.mcp = inspection.kind === 'tools_call' ? inspection : null;
+    this.mcpChunks = this.mcp ? [] : null;
+    this.copy = inspection.kind === 'deferred' ? [] : null;
+  }
+}
+type ToolsCall = Extract<Inspection, { kind: 'tools_call' }>;
 
 interface Started {
   exchange: number;
@@ -195,9 +259,13 @@ function send(
   s: Started,
   prefix: Buffer,
   rest: IncomingMessage | null,
-  inspection: Inspection,
+  inspection: Inspection | { kind: 'deferred' },
+  heldPrefix: BudgetHold | null,
 ): void {
   const L = rt.limits;
+  // Bytes held for this exchange: the inspected prefix (until written), copies (until classified or finished).
+  const hold = heldPrefix ?? rt.hold();
+  const prefixHeld = hold.held;
   const method = (req.method ?? 'GET').toUpperCase();
   const headers = endToEnd(req.headers);
   headers.host = hostHeader(target);
@@ -213,21 +281,8 @@ function send(
   ) {
     delete headers['content-length'];
   }
-  const reqHash = createHash('sha512').update(prefix);
-  let reqBytes = prefix.length;
-  const respHash = createHash('sha512');
-  let respBytes = 0;
-  let status: number | null = null;
-  let tls: TlsMetadata | null = null;
-  let streamed = false;
-  let merkle: MerkleAccumulator | null = null;
-  let chunker: StreamChunker | null = null;
-  const mcp = inspection.kind === 'tools_call' ? inspection : null;
-  let mcpChunks: Buffer[] | null = mcp ? [] : null;
-  let mcpBytes = 0;
-  let respContentType: string | undefined;
-  let done = false;
-  let secure = false;
+  // The mutable facts of this exchange while bytes flow; finish() turns them into its record.
+  const x = new ExchangeState(prefix, inspection);
 
   const opts = {
     host: target.address,
@@ -252,86 +307,77 @@ function send(
   // The headers bound starts once the whole request is sent: a slow upload is not the upstream's delay.
   let headersTimer: NodeJS.Timeout | undefined;
   ureq.once('finish', () => {
-    if (done || status !== null) return;
+    if (x.done || x.status !== null) return;
     headersTimer = setTimeout(
       () => ureq.destroy(Object.assign(new Error('upstream response headers timed out'), { code: 'UPSTREAM_TIMEOUT' })),
       L.headersTimeoutMs,
     );
     timers.push(headersTimer);
   });
-  timers.push(setTimeout(() => abort('upstream_timeout', 504, 'exchange exceeded its time bound'), L.maxExchangeMs));
+  timers.push(setTimeout(() => abort('upstream_timeout', 'exchange exceeded its time bound'), L.maxExchangeMs));
 
   const stopNow = () => {
     ureq.destroy();
-    sendError(res, 502, 'proxy_stopped', 'capsule egress stopped');
+    refuse(res, 'proxy_stopped', 'capsule egress stopped');
     finish('proxy_stopped');
   };
   rt.inFlight.add(stopNow);
   const finish = (outcome: EgressOutcome) => {
-    if (done) return;
-    done = true;
+    if (x.done) return;
+    x.done = true;
+    x.copy = null;
+    hold.release();
     rt.inFlight.delete(stopNow);
     for (const t of timers) clearTimeout(t);
     const duration = Math.max(0, Math.round((rt.clock.monoMs() - s.t0) * 1000) / 1000);
-    const bodyHash = asSha512(reqHash.digest());
-    if (chunker && merkle) {
-      chunker.end();
-      rt.emit({
-        type: 'StreamingEgressCompleted',
-        at: rt.clock.nowIso(),
-        exchange: s.exchange,
-        chunks: merkle.count,
-        total_bytes: respBytes,
-        merkle_root: asSha512(merkle.root()),
-        outcome,
-      });
+    let stream: ExchangeRecord['stream'] = null;
+    if (x.chunker && x.merkle) {
+      x.chunker.end();
+      const last = x.merkle.end();
+      if (last) emitSegment(last);
+      stream = { chunks: x.merkle.chunks, segments: x.merkle.segments, root: x.merkle.root() };
     }
-    rt.emit({
-      type: 'SealedHttpRequest',
-      at: s.startedAt,
+    const record: ExchangeRecord = {
       exchange: s.exchange,
+      startedAt: s.startedAt,
+      endedAt: rt.clock.nowIso(),
       method,
-      scheme: target.scheme,
-      host: target.host,
-      port: target.port,
-      request_canonical_hash: requestCanonicalHash(
-        canonicalRequest(method, target.scheme, target.host, target.port, pathAndQuery, req.headers, bodyHash),
-      ),
-      request_body_hash: bodyHash,
-      request_body_bytes: reqBytes,
-      status,
-      response_body_hash: status === null ? null : asSha512(respHash.digest()),
-      response_body_bytes: respBytes,
-      streamed,
-      tls,
-      duration_ms: duration,
+      target,
+      pathAndQuery,
+      requestHeaders: req.headers,
+      requestBodyHash: asSha512(x.reqHash.digest()),
+      requestBodyBytes: x.reqBytes,
+      status: x.status,
+      responseBodyHash: x.status === null ? null : asSha512(x.respHash.digest()),
+      responseBodyBytes: x.respBytes,
+      streamed: x.streamed,
+      tls: x.tls,
+      durationMs: duration,
       outcome,
-    });
-    if (mcp) {
-      const r =
-        status === null
-          ? { outcome: 'http_error' as const, hash: null }
-          : outcome !== 'completed'
-            ? { outcome: 'no_result' as const, hash: null }
-            : mcpResult(status, respContentType, mcpChunks ? Buffer.concat(mcpChunks) : null, mcp.id);
-      rt.emit({
-        type: 'McpToolInvoked',
-        at: s.startedAt,
-        exchange: s.exchange,
-        tool_name: mcp.toolName,
-        tool_args_hash: sha512JcsOrNull(mcp.args),
-        tool_result_hash: r.hash,
-        duration_ms: duration,
-        outcome: r.outcome,
-        client_session_id: one(req.headers['mcp-session-id']) ?? null,
-      });
-    }
+      stream,
+      tool: x.mcp
+        ? {
+            call: x.mcp,
+            result:
+              x.status === null
+                ? { outcome: 'http_error', hash: null }
+                : outcome !== 'completed' || x.resultMissed
+                  ? { outcome: 'no_result', hash: null }
+                  : mcpResult(x.status, x.respContentType, x.mcpChunks ? Buffer.concat(x.mcpChunks) : null, x.mcp.id),
+          }
+        : null,
+    };
+    for (const e of exchangeEvents(record)) rt.emit(e);
   };
 
-  function abort(outcome: EgressOutcome, code: 502 | 504, message: string, errCode = outcome): void {
-    if (done) return;
+  function emitSegment(g: Segment): void {
+    rt.emit(segmentEvent(s.exchange, rt.clock.nowIso(), g));
+  }
+
+  function abort(outcome: Exclude<EgressOutcome, 'completed' | 'client_aborted'>, message: string): void {
+    if (x.done) return;
     ureq.destroy();
-    sendError(res, code, errCode, message);
+    refuse(res, outcome, message);
     finish(outcome);
   }
 
@@ -339,34 +385,34 @@ function send(
     // A kept-alive socket finished its handshake long ago; only a fresh one gets the listener (else it leaks per request).
     // Once connected, the connect bound gives way to the idle bound (slow but live upstreams are fine).
     if (ureq.reusedSocket) {
-      secure = true;
+      x.secure = true;
       ureq.setTimeout(L.idleTimeoutMs);
       return;
     }
     sock.once(target.scheme === 'https' ? 'secureConnect' : 'connect', () => {
-      secure = true;
+      x.secure = true;
       ureq.setTimeout(L.idleTimeoutMs);
     });
   });
   ureq.on('timeout', () => ureq.destroy(Object.assign(new Error('upstream timed out'), { code: 'ETIMEDOUT' })));
   ureq.on('error', (err: NodeJS.ErrnoException) => {
-    if (done) return;
-    if (status !== null) {
-      abort('upstream_unreachable', 502, 'upstream connection failed mid-response');
+    if (x.done) return;
+    if (x.status !== null) {
+      abort('upstream_unreachable', 'upstream connection failed mid-response');
       return;
     }
     let c = classifyUpstreamError(err);
-    if (target.scheme === 'https' && !secure && c.outcome === 'upstream_unreachable' && err.code === 'ECONNRESET') {
+    if (target.scheme === 'https' && !x.secure && c.outcome === 'upstream_unreachable' && err.code === 'ECONNRESET') {
       c = { outcome: 'upstream_tls_failed', status: 502, code: err.code };
     }
     if (c.outcome === 'upstream_tls_failed')
-      tls = { version: null, cipher: null, peer_certificate_sha256: null, validation: `failed:${c.code}` };
-    abort(c.outcome, c.status, `${c.outcome.replace(/_/g, ' ')} (${c.code})`);
+      x.tls = { version: null, cipher: null, peer_certificate_sha256: null, validation: `failed:${c.code}` };
+    abort(c.outcome, `${c.outcome.replace(/_/g, ' ')} (${c.code})`);
   });
 
   ureq.on('response', (ures: IncomingMessage) => {
     clearTimeout(headersTimer);
-    if (done) {
+    if (x.done) {
       ures.destroy();
       return;
     }
@@ -375,93 +421,127 @@ function send(
     const code = ures.statusCode;
     if (code === undefined || code < 100 || code > 999) {
       ures.destroy();
-      abort('upstream_unreachable', 502, `upstream sent an invalid status (${String(code)})`);
+      abort('upstream_unreachable', `upstream sent an invalid status (${String(code)})`);
       return;
     }
-    status = code;
+    x.status = code;
     ureq.setTimeout(L.idleTimeoutMs);
-    if (target.scheme === 'https') tls = tlsMetadata(ures.socket as TLSSocket);
-    respContentType = one(ures.headers['content-type']);
+    if (target.scheme === 'https') x.tls = tlsMetadata(ures.socket as TLSSocket);
+    x.respContentType = one(ures.headers['content-type']);
     const declared = Number(ures.headers['content-length'] ?? NaN);
     if (method !== 'HEAD' && Number.isFinite(declared) && declared > L.maxResponseBytes) {
       ures.destroy();
-      abort('response_too_large', 502, `upstream response of ${declared} bytes exceeds ${L.maxResponseBytes}`);
+      abort('response_too_large', `upstream response of ${declared} bytes exceeds ${L.maxResponseBytes}`);
       return;
     }
-    const sse = respContentType?.toLowerCase().includes('text/event-stream') ?? false;
-    streamed = sse || /chunked/i.test(one(ures.headers['transfer-encoding']) ?? '');
-    if (streamed) {
-      merkle = new MerkleAccumulator(nodeCrypto);
-      const m = merkle;
+    const sse = x.respContentType?.toLowerCase().includes('text/event-stream') ?? false;
+    x.streamed = sse || /chunked/i.test(one(ures.headers['transfer-encoding']) ?? '');
+    if (x.streamed) {
+      x.merkle = new SegmentedStream();
+      const m = x.merkle;
       rt.emit({
         type: 'StreamingEgressStarted',
         at: rt.clock.nowIso(),
         exchange: s.exchange,
         host: target.host,
         port: target.port,
-        status,
+        status: x.status,
         framing: sse ? 'sse' : 'blocks',
       });
-      chunker = new StreamChunker({ sse, maxChunkBytes: sse ? L.maxSseChunkBytes : L.streamBlockBytes }, (c) => {
-        m.push(c.digest);
-        rt.emit({
-          type: 'StreamingEgressChunk',
-          at: rt.clock.nowIso(),
-          exchange: s.exchange,
-          index: c.index,
-          bytes: c.bytes,
-          chunk_hash: asSha512(c.digest),
-        });
+      const bounds = sse
+        ? { maxChunkBytes: L.maxSseChunkBytes, minChunkBytes: L.minSseChunkBytes }
+        : { maxChunkBytes: L.streamBlockBytes };
+      x.chunker = new StreamChunker({ sse, ...bounds }, (c) => {
+        const g = m.push(c.digest, c.bytes);
+        if (g) emitSegment(g);
       });
     }
-    res.writeHead(status, endToEnd(ures.headers));
+    res.writeHead(x.status, endToEnd(ures.headers));
     ures.on('data', (c: Buffer) => {
-      if (done) return;
-      respBytes += c.length;
-      if (respBytes > L.maxResponseBytes) {
+      if (x.done) return;
+      x.respBytes += c.length;
+      if (x.respBytes > L.maxResponseBytes) {
         ures.destroy();
-        abort('response_too_large', 502, 'response too large');
+        abort('response_too_large', 'response too large');
         return;
       }
-      respHash.update(c);
-      chunker?.write(c);
-      if (mcpChunks) {
-        mcpBytes += c.length;
-        if (mcpBytes > L.maxMcpResultBytes) mcpChunks = null;
-        else mcpChunks.push(c);
+      x.respHash.update(c);
+      x.chunker?.write(c);
+      if (x.mcpChunks) {
+        x.mcpBytes += c.length;
+        // Past its own bound or the inspection budget the copy is dropped: outcome result_too_large.
+        if (x.mcpBytes > L.maxMcpResultBytes || !hold.take(c.length)) {
+          hold.give(x.mcpBytes - c.length);
+          x.mcpChunks = null;
+        } else x.mcpChunks.push(c);
       }
       if (!res.write(c)) ures.pause();
     });
     res.on('drain', () => ures.resume());
     ures.on('end', () => {
-      if (done) return;
+      if (x.done) return;
       res.end();
       finish('completed');
     });
-    ures.on('error', () => abort('upstream_unreachable', 502, 'upstream connection failed mid-response'));
+    ures.on('error', () => abort('upstream_unreachable', 'upstream connection failed mid-response'));
     ures.on('close', () => {
-      if (!ures.complete) abort('upstream_unreachable', 502, 'upstream closed mid-response');
+      if (!ures.complete) abort('upstream_unreachable', 'upstream closed mid-response');
     });
   });
 
   res.on('close', () => {
-    if (!done && !res.writableFinished) {
+    if (!x.done && !res.writableFinished) {
       ureq.destroy();
       finish('client_aborted');
     }
   });
 
-  ureq.write(prefix);
+  const encoding = one(req.headers['content-encoding']);
+  const keepCopy = (c: Buffer): void => {
+    if (!x.copy) return;
+    if (!x.copyStarted) {
+      const i = c.findIndex((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
+      if (i < 0) return;
+      x.copyStarted = true;
+      if (c[i] !== 0x7b) {
+        x.copy = null; // not a single JSON-RPC object: nothing to identify
+        return;
+      }
+    }
+    if (x.reqBytes > L.maxInspectBytes || !hold.take(c.length)) {
+      // Too large or over budget: forwarded all the same (no policy), just not identified as a tool call.
+      hold.give(hold.held - prefixHeld);
+      x.copy = null;
+      return;
+    }
+    x.copy.push(c);
+  };
+  const classifyCopy = (): void => {
+    if (!x.copy || !x.copyStarted) return;
+    const found = inspectBody(Buffer.concat(x.copy), encoding);
+    x.copy = null;
+    hold.give(hold.held - prefixHeld);
+    if (found.kind !== 'tools_call') return;
+    x.mcp = found;
+    // The response began before the request ended (rare): its start was not kept.
+    if (x.status === null) x.mcpChunks = [];
+    else x.resultMissed = true;
+  };
+  ureq.write(prefix, () => hold.give(prefixHeld));
   if (rest === null) {
     ureq.end();
     return;
   }
   rest.on('data', (c: Buffer) => {
-    reqHash.update(c);
-    reqBytes += c.length;
+    x.reqHash.update(c);
+    x.reqBytes += c.length;
+    keepCopy(c);
     if (!ureq.write(c)) rest.pause();
   });
   ureq.on('drain', () => rest.resume());
-  rest.on('end', () => ureq.end());
+  rest.on('end', () => {
+    classifyCopy();
+    ureq.end();
+  });
   rest.resume();
 }

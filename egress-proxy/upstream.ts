@@ -66,7 +66,7 @@ const TLS_CODES = /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO|SELF_SIGNED|H
 
 /** Maps an upstream error to the recorded outcome and the status the capsule gets. */
 export function classifyUpstreamError(err: NodeJS.ErrnoException & { library?: string }): {
-  outcome: EgressOutcome;
+  outcome: Extract<EgressOutcome, 'upstream_timeout' | 'upstream_tls_failed' | 'upstream_unreachable'>;
   status: 502 | 504;
   code: string;
 } {

@@ -2,38 +2,44 @@
 // fresh bwrap per exec over the same tmpfs, serialized per capsule), file
 // transfer, destroy (kill, wipe, zeroize, unmount, release, evidence).
 import { createHash } from 'node:crypto';
-import { chmodSync, chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   RunnerError,
   type CreateCapsuleRequest,
+  type CapsuleUsage,
   type CreatedCapsule,
   type DestroyResult,
   type ExecRequest,
   type ExecResult,
   type FileEntry,
   type HostFacts,
+  type RunnerCapacity,
   type ListedFile,
 } from '../shared/runner-protocol.js';
+import { dropWriter, prepareWriter, writeCharged, type PreparedWriter } from './charged.js';
 import {
   groupPids,
   killGroup,
   procsFiles,
   removeGroup,
+  writerProcsFile,
   type CapsuleCgroupPaths,
   type CgroupManager,
 } from './cgroup.js';
 import type { Clock, Random } from './clock.js';
-import type { RunnerConfig } from './config.js';
+import { storageMbFor, type RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
 import { prepareExec, runExec, type Prepared, type SandboxObservation } from './exec.js';
-import { validateFilename, writeFileInto } from './files.js';
+import { validateFilename } from './files.js';
 import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
 import { baseEnv, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { FileWorkers } from './offloop.js';
 import { wipeAndZeroize } from './wipe.js';
+import { fitJson } from './output-fit.js';
+import { DEFAULT_FRAME_LIMITS } from '../shared/node/framing.js';
 import {
   attachEgress,
   caBundle,
@@ -62,6 +68,8 @@ const EGRESS_CA_FILE = 'egress-ca.pem';
 
 interface Capsule {
   record: CapsuleRecord;
+  memoryMb: number;
+  storageMb: number;
   hostname: string;
   imageRoot: string;
   etcDir: string;
@@ -76,6 +84,8 @@ interface Capsule {
   execCount: number;
   /** The wrapper of the next exec, started ahead of time (see sandbox.ts). */
   prepared: Prepared | null;
+  /** The writer of the next upload or exec input, started ahead of time (see charged.ts). */
+  writer: PreparedWriter | null;
 }
 
 export interface ManagerDeps {
@@ -89,6 +99,8 @@ export interface ManagerDeps {
   mounter: Mounter;
   /** Compiled seccomp program on disk (opened once per exec for bwrap's fd 3). */
   seccompPath: string;
+  /** bwrap arguments masking host /proc entries (sandbox.ts procMaskArgs). */
+  procMask?: string[];
 }
 
 /** Where prepareEtc put the /etc of an image root (one per distinct root). */
@@ -139,6 +151,10 @@ export class CapsuleManager {
   private readonly capsules = new Map<string, Capsule>();
   /** Ids whose create is in progress (create awaits the egress relay). */
   private readonly creating = new Set<string>();
+  /** Customer bytes held by the runner while their writer copies them in (bounded, see upload). */
+  private inflightBytes = 0;
+  /** memory_mb of creates in progress (committed before their capsule is live). */
+  private readonly creatingMb = new Map<string, number>();
   private shuttingDown = false;
   /** Listing, reads and wipes run in worker threads, never on this event loop. */
   private readonly files = new FileWorkers();
@@ -150,6 +166,28 @@ export class CapsuleManager {
 
   ids(): string[] {
     return [...this.capsules.keys()];
+  }
+
+  /** Memory committed to live capsules and creates in progress (MB). */
+  committedMb(): number {
+    let mb = 0;
+    for (const c of this.capsules.values()) mb += c.memoryMb;
+    for (const m of this.creatingMb.values()) mb += m;
+    return mb;
+  }
+
+  capacity(runnerUsageBytes: number | null): RunnerCapacity {
+    const { config } = this.d;
+    const committed = this.committedMb();
+    return {
+      memory_mb: config.nodeMemoryMb,
+      committed_mb: committed,
+      free_mb: Math.max(0, config.nodeMemoryMb - committed),
+      capsules: this.capsules.size + this.creating.size,
+      max_capsules: config.bounds.maxCapsules,
+      runner_memory_mb: config.runnerMemoryMb,
+      runner_usage_bytes: runnerUsageBytes,
+    };
   }
 
   private get(id: unknown): Capsule {
@@ -197,14 +235,22 @@ export class CapsuleManager {
           total += bytes.length;
           apps.push({ name, bytes });
         });
-        if (total > config.bounds.tmpfsMb * 1024 * 1024)
-          throw new RunnerError('too_large', 'app_files: larger than the capsule tmpfs');
+        if (total > storageMbFor(mem, config.bounds.tmpfsMb) * 1024 * 1024)
+          throw new RunnerError('too_large', 'app_files: larger than the capsule storage');
       }
       const egress = req.egress !== undefined && req.egress !== null ? validateEgress(req.egress) : null;
       if (this.capsules.size + this.creating.size >= config.bounds.maxCapsules)
-        throw new RunnerError('unavailable', 'runner is at its capsule limit');
+        throw new RunnerError('capacity', 'runner is at its capsule limit');
+      // Admission: the node must be able to back the capsule's memory, its files included.
+      const committed = this.committedMb();
+      if (committed + mem > config.nodeMemoryMb)
+        throw new RunnerError(
+          'capacity',
+          `memory_mb: the node cannot back ${mem} MB now (${config.nodeMemoryMb - committed} of ${config.nodeMemoryMb} MB free)`,
+        );
       const uid = this.d.uids.allocate();
-      if (uid === null) throw new RunnerError('unavailable', 'no free capsule uid in the configured range');
+      if (uid === null) throw new RunnerError('capacity', 'no free capsule uid in the configured range');
+      const storageMb = storageMbFor(mem, config.bounds.tmpfsMb);
 
       const tmpfsDir = join(capsulesDir(config.stateDir), id);
       const statePath = `${tmpfsDir}.json`;
@@ -220,11 +266,19 @@ export class CapsuleManager {
       let cgroupMade = false;
       let egressState: EgressState | null = null;
       this.creating.add(id);
+      this.creatingMb.set(id, mem);
       try {
         // The record goes first so that a crash from here on is found by recovery.
         writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+        // The cgroup first: the app files below are charged to it.
+        this.d.cgroups.create(id, {
+          memoryBytes: mem * 1024 * 1024,
+          pidsMax: config.bounds.pidsMax,
+          cpuWeight: config.bounds.cpuWeight,
+        });
+        cgroupMade = true;
         mkdirSync(tmpfsDir, { mode: 0o711 });
-        await this.d.mounter.mount(tmpfsDir, config.bounds.tmpfsMb, config.bounds.tmpfsInodes);
+        await this.d.mounter.mount(tmpfsDir, storageMb, config.bounds.tmpfsInodes);
         mounted = true;
         for (const sub of ['input', 'output', 'tmp']) {
           mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
@@ -233,35 +287,35 @@ export class CapsuleManager {
         if (apps.length > 0) {
           const app = join(tmpfsDir, 'app');
           mkdirSync(app, { mode: 0o755 });
-          for (const a of apps) {
-            // No entry is returned for app files: skip hashing them (SHA-512 of up to the tmpfs size).
-            writeFileInto(app, a.name, a.bytes, 0, 'app_files.filename', false);
-          }
+          await writeCharged(
+            writerProcsFile(record.cgroup),
+            0,
+            apps.map((a) => ({ dir: app, name: a.name, bytes: a.bytes, field: 'app_files.filename', hash: false })),
+          );
         }
-        this.d.cgroups.create(id, {
-          memoryBytes: mem * 1024 * 1024,
-          pidsMax: config.bounds.pidsMax,
-          cpuWeight: config.bounds.cpuWeight,
-        });
-        cgroupMade = true;
         if (egress) {
           writeFileSync(join(tmpfsDir, EGRESS_CA_FILE), caBundle(imageRoot, egress.caPem), { mode: 0o644 });
-          record.egress = { netns: `capsule-${this.d.random.bytes(8).toString('hex')}`, relay_pid: null };
+          record.egress = {
+            netns: `capsule-${this.d.random.bytes(8).toString('hex')}`,
+            relay_pid: null,
+            proxy_socket: egress.proxySocket,
+          };
           // Record the namespace name before creating it, and the relay pid once it runs (recovery).
           writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
           egressState = await attachEgress(record.egress.netns, egress.proxySocket);
-          record.egress = egressState;
+          record.egress = { ...egressState, proxy_socket: egress.proxySocket };
           writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
         }
       } catch (e) {
         this.creating.delete(id);
+        this.creatingMb.delete(id);
         if (egressState) await detachEgress(egressState);
         else if (record.egress) await detachEgress(record.egress);
-        if (cgroupMade) void removeGroup(record.cgroup);
         if (mounted) {
           wipeAndZeroize(tmpfsDir, this.d.random.bytes(32));
           await this.d.mounter.unmount(tmpfsDir);
         }
+        if (cgroupMade) await killGroup(record.cgroup).then(() => removeGroup(record.cgroup));
         rmSync(tmpfsDir, { recursive: true, force: true });
         rmSync(statePath, { force: true });
         this.d.uids.release(uid);
@@ -271,8 +325,11 @@ export class CapsuleManager {
         throw new RunnerError('internal', `create failed: ${code ?? (e as Error).message}`);
       }
       this.creating.delete(id);
+      this.creatingMb.delete(id);
       this.capsules.set(id, {
         record,
+        memoryMb: mem,
+        storageMb,
         hostname,
         imageRoot,
         etcDir: etcDirFor(config.stateDir, imageRoot),
@@ -286,10 +343,18 @@ export class CapsuleManager {
         observations: [],
         execCount: 0,
         prepared: null,
+        writer: null,
       });
       const made = this.capsules.get(id)!;
       made.prepared = this.prepare(made);
-      return { capsule_id: id, hostname, host_uid: uid, created_at: record.created_at };
+      made.writer = this.startWriter(made);
+      return {
+        capsule_id: id,
+        hostname,
+        host_uid: uid,
+        created_at: record.created_at,
+        storage_limit_bytes: storageMb * 1024 * 1024,
+      };
     } finally {
       for (const a of apps) a.bytes.fill(0);
     }
@@ -307,6 +372,7 @@ export class CapsuleManager {
       command,
       netnsPath: c.record.egress ? netnsPath(c.record.egress.netns) : null,
       caFile: c.record.egress ? join(c.record.tmpfs_dir, EGRESS_CA_FILE) : null,
+      procMask: this.d.procMask ?? [],
     };
   }
 
@@ -320,6 +386,24 @@ export class CapsuleManager {
     } catch {
       return null; // the exec starts a wrapper itself
     }
+  }
+
+  private startWriter(c: Capsule): PreparedWriter | null {
+    try {
+      return prepareWriter(writerProcsFile(c.record.cgroup));
+    } catch {
+      return null; // the write starts one itself
+    }
+  }
+
+  /** The prepared writer for one write; the next one is started once this call is on its way. */
+  private takeWriter(c: Capsule): PreparedWriter | null {
+    const w = c.writer;
+    c.writer = null;
+    setImmediate(() => {
+      if (c.state === 'live' && !c.writer) c.writer = this.startWriter(c);
+    });
+    return w;
   }
 
   /** Kills the waiting wrapper and waits for it, so it cannot join the cgroup after the sweep. */
@@ -379,7 +463,12 @@ export class CapsuleManager {
       try {
         if (input) {
           try {
-            writeFileInto(input.dir, input.name, input.bytes, c.record.host_uid, 'input_filename', false);
+            await writeCharged(
+              writerProcsFile(c.record.cgroup),
+              c.record.host_uid,
+              [{ dir: input.dir, name: input.name, bytes: input.bytes, field: 'input_filename', hash: false }],
+              this.takeWriter(c),
+            );
           } finally {
             input.bytes.fill(0);
           }
@@ -404,11 +493,15 @@ export class CapsuleManager {
           },
         });
         c.execCount++; // counted once it ran: evidence step 1 reports this number
+        // Each stream gets half the frame header, less room for the other members.
+        const room = Math.floor((DEFAULT_FRAME_LIMITS.maxHeaderBytes - 64 * 1024) / 2);
+        const out = fitJson(r.stdout, room);
+        const err = fitJson(r.stderr, room);
         return {
-          stdout: r.stdout,
-          stderr: r.stderr,
-          stdout_truncated: r.stdout_truncated,
-          stderr_truncated: r.stderr_truncated,
+          stdout: out.text,
+          stderr: err.text,
+          stdout_truncated: r.stdout_truncated || out.cut,
+          stderr_truncated: r.stderr_truncated || err.cut,
           exit_code: r.exit_code,
           duration_ms: r.duration_ms,
           executed_at: executedAt,
@@ -435,17 +528,52 @@ export class CapsuleManager {
       const name = validateFilename(params.filename);
       if (body.length > this.d.config.bounds.maxUploadBytes)
         throw new RunnerError('too_large', `body: larger than ${this.d.config.bounds.maxUploadBytes} bytes`);
-      // Written and hashed in a worker (100 MiB would hold this loop for about half a second).
-      return await this.files.write(
-        c.record.capsule_id,
-        join(c.record.tmpfs_dir, 'input'),
-        name,
-        body,
-        c.record.host_uid,
-      );
+      // The runner's own memory is bounded (runner_memory_mb): concurrent uploads may hold at most
+      // a quarter of it; past that they are refused for a retry rather than risk the runner.
+      const bound = Math.floor((this.d.config.runnerMemoryMb * 1024 * 1024) / 4);
+      if (this.inflightBytes + body.length > bound)
+        throw new RunnerError('capacity', 'body: too many uploads in flight on this node; retry shortly');
+      this.inflightBytes += body.length;
+      try {
+        const [entry] = await writeCharged(
+          writerProcsFile(c.record.cgroup),
+          c.record.host_uid,
+          [{ dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true }],
+          this.takeWriter(c),
+        );
+        return entry!;
+      } catch (e) {
+        // A destroy that began meanwhile killed the writer: say so, not "full".
+        if (c.state !== 'live')
+          throw new RunnerError('busy', `capsule_id: capsule ${c.record.capsule_id} is being destroyed`);
+        throw e;
+      } finally {
+        this.inflightBytes -= body.length;
+      }
     } finally {
       body.fill(0); // also when refused: the customer's bytes never outlive the call
     }
+  }
+
+  usage(params: { capsule_id: string }): CapsuleUsage {
+    const c = this.get(params?.capsule_id);
+    const fs = statfsSync(c.record.tmpfs_dir);
+    const cg = c.record.cgroup;
+    let memUsed: number | null = null;
+    try {
+      memUsed = Number(
+        readFileSync(join(cg.memory, cg.mode === 'v2' ? 'memory.current' : 'memory.usage_in_bytes'), 'utf8').trim(),
+      );
+    } catch {
+      memUsed = null;
+    }
+    return {
+      capsule_id: c.record.capsule_id,
+      storage_used_bytes: (fs.blocks - fs.bfree) * fs.bsize,
+      storage_limit_bytes: c.storageMb * 1024 * 1024,
+      memory_used_bytes: memUsed,
+      memory_limit_bytes: c.memoryMb * 1024 * 1024,
+    };
   }
 
   async listOutput(params: { capsule_id: string }): Promise<{ files: ListedFile[] }> {
@@ -487,6 +615,9 @@ export class CapsuleManager {
       }).catch(() => undefined);
     }
     await this.dropPrepared(c);
+    const writer = c.writer;
+    c.writer = null;
+    await dropWriter(writer);
     // WARNING: if teardown throws, the capsule stays 'destroying' (every later call gets busy)
     // until the runner restarts and recovery wipes it; teardown's steps therefore report, not throw.
     const result = await this.teardown(c, commandWasRunning);

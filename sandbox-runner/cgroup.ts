@@ -82,6 +82,15 @@ function tryWrite(path: string, value: string): boolean {
   }
 }
 
+function tryRmdir(path: string): boolean {
+  try {
+    rmdirSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function read(path: string): string | null {
   try {
     return readFileSync(path, 'utf8').trim();
@@ -89,6 +98,16 @@ function read(path: string): string | null {
     return null;
   }
 }
+
+/**
+ * Child of a capsule's memory cgroup where the runner's writer processes run
+ * (charged.ts): their tmpfs pages count against the capsule's limit, and the
+ * per-exec sweep, which looks only at the capsule group itself, leaves them alone.
+ */
+export const WRITER_LEAF = 'writer';
+
+/** Child of the runner's subtree holding the runner itself, bounded by runner_memory_mb. */
+export const RUNNER_LEAF = '.runner';
 
 /** Where the runner's cgroup v2 puts its own processes (see prepareV2). */
 const SUPERVISOR_LEAF = 'capsule-supervisor';
@@ -205,6 +224,7 @@ export class CgroupManager {
       write(join(dir, 'memory.oom.group'), '1');
       write(join(dir, 'pids.max'), String(limits.pidsMax));
       if (existsSync(join(dir, 'cpu.weight'))) write(join(dir, 'cpu.weight'), String(limits.cpuWeight));
+      mkdirSync(join(dir, WRITER_LEAF));
       return { mode: 'v2', memory: dir, pids: null, cpu: null };
     }
     const mem = join(this.memoryBase, id);
@@ -214,6 +234,8 @@ export class CgroupManager {
     if (existsSync(join(mem, 'memory.memsw.limit_in_bytes')))
       write(join(mem, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
     tryWrite(join(mem, 'memory.swappiness'), '0');
+    mkdirSync(join(mem, WRITER_LEAF));
+    tryWrite(join(mem, WRITER_LEAF, 'memory.swappiness'), '0');
     let pids: string | null = null;
     if (this.pidsBase) {
       pids = join(this.pidsBase, id);
@@ -229,11 +251,50 @@ export class CgroupManager {
     return { mode: this.mode, memory: mem, pids, cpu };
   }
 
+  /**
+   * Moves the runner into `<subtree>/.runner` bounded to runnerBytes and
+   * bounds the whole subtree (runner plus every capsule) to totalBytes, so
+   * neither the runner nor the capsules together can take more than the node
+   * was configured to give. Returns a function that moves the runner back to
+   * the cgroup it came from (graceful stop, so the subtree can be removed).
+   */
+  confineRunner(runnerBytes: number, totalBytes: number): () => void {
+    const origin = ownCgroups().get(this.mode === 'v2' ? '' : 'memory') ?? '/';
+    const originProcs = join(this.memoryBase, '..', 'cgroup.procs');
+    const leaf = join(this.memoryBase, RUNNER_LEAF);
+    mkdirSync(leaf, { recursive: true });
+    if (this.mode === 'v2') {
+      write(join(leaf, 'memory.max'), String(runnerBytes));
+      if (existsSync(join(leaf, 'memory.swap.max'))) tryWrite(join(leaf, 'memory.swap.max'), '0');
+      tryWrite(join(this.memoryBase, 'memory.max'), String(totalBytes));
+    } else {
+      write(join(leaf, 'memory.limit_in_bytes'), String(runnerBytes));
+      tryWrite(join(leaf, 'memory.swappiness'), '0');
+      // The parent's limit may only be lowered below its children's usage by the kernel's reclaim; best effort.
+      tryWrite(join(this.memoryBase, 'memory.limit_in_bytes'), String(totalBytes));
+    }
+    write(join(leaf, 'cgroup.procs'), String(process.pid));
+    return () => {
+      // The origin is the directory above our subtree unless the runner started elsewhere (v2 supervisor leaf).
+      const back =
+        basename(origin) === SUPERVISOR_LEAF
+          ? join(this.memoryBase, '..', SUPERVISOR_LEAF, 'cgroup.procs')
+          : originProcs;
+      if (tryWrite(back, String(process.pid))) tryRmdir(leaf);
+    };
+  }
+
+  /** Bytes the runner itself is charged now (its leaf), or null when unreadable. */
+  runnerUsageBytes(): number | null {
+    const v = read(join(this.memoryBase, RUNNER_LEAF, this.mode === 'v2' ? 'memory.current' : 'memory.usage_in_bytes'));
+    return v === null ? null : Number(v);
+  }
+
   /** Existing capsule group directories under this runner's subtree (for recovery). */
   listGroups(): string[] {
     try {
       return readdirSync(this.memoryBase, { withFileTypes: true })
-        .filter((d) => d.isDirectory())
+        .filter((d) => d.isDirectory() && d.name !== RUNNER_LEAF)
         .map((d) => d.name);
     } catch {
       return [];
@@ -242,6 +303,7 @@ export class CgroupManager {
 
   /** Removes this runner's (empty) subtree directories; used at graceful stop. */
   removeSubtree(): void {
+    tryRmdir(join(this.memoryBase, RUNNER_LEAF)); // empty once the runner left it (or died)
     for (const d of [this.memoryBase, this.pidsBase, this.cpuBase]) {
       if (!d) continue;
       try {
@@ -293,8 +355,14 @@ export function oomKills(p: CapsuleCgroupPaths): number {
 }
 
 /** Sends sig to every process of the group except `spare` (v2 SIGKILL uses cgroup.kill). */
-export function signalGroup(p: CapsuleCgroupPaths, sig: NodeJS.Signals, spare: number | null = null): void {
-  if (p.mode === 'v2' && sig === 'SIGKILL' && tryWrite(join(p.memory, 'cgroup.kill'), '1')) return;
+export function signalGroup(
+  p: CapsuleCgroupPaths,
+  sig: NodeJS.Signals,
+  spare: number | null = null,
+  subtree = true,
+): void {
+  // cgroup.kill takes the writer leaf too; subtree=false spares it (one signal per member instead).
+  if (p.mode === 'v2' && sig === 'SIGKILL' && subtree && tryWrite(join(p.memory, 'cgroup.kill'), '1')) return;
   for (const pid of groupPids(p)) {
     if (pid === spare) continue;
     try {
@@ -307,21 +375,44 @@ export function signalGroup(p: CapsuleCgroupPaths, sig: NodeJS.Signals, spare: n
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** SIGKILLs the group until it is empty; returns whether it emptied within the deadline. */
-export async function killGroup(p: CapsuleCgroupPaths, deadlineMs = 2000): Promise<boolean> {
+/**
+ * SIGKILLs the group until it is empty; returns whether it emptied within the
+ * deadline. writers=false (the per-exec sweep) spares the writer leaf: an
+ * upload may be copying bytes in beside the exec.
+ */
+export async function killGroup(p: CapsuleCgroupPaths, deadlineMs = 2000, withWriters = true): Promise<boolean> {
   const end = Date.now() + deadlineMs;
+  const writersOf = (): number[] => (withWriters ? writerPidsOf(p) : []);
   for (;;) {
-    if (groupPids(p).length === 0) return true;
-    signalGroup(p, 'SIGKILL');
-    if (Date.now() > end) return groupPids(p).length === 0;
+    const writers = writersOf();
+    if (groupPids(p).length === 0 && writers.length === 0) return true;
+    signalGroup(p, 'SIGKILL', null, withWriters);
+    for (const pid of writers) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+    if (Date.now() > end) return groupPids(p).length === 0 && writersOf().length === 0;
     await sleep(2);
   }
+}
+
+/** The cgroup.procs file of the capsule's writer leaf (charged.ts). */
+export function writerProcsFile(p: CapsuleCgroupPaths): string {
+  return join(p.memory, WRITER_LEAF, 'cgroup.procs');
+}
+
+function writerPidsOf(p: CapsuleCgroupPaths): number[] {
+  const v = read(writerProcsFile(p));
+  return v ? v.split('\n').filter(Boolean).map(Number) : [];
 }
 
 /** Removes the group's directories (must be empty). Returns whether all are gone. */
 export async function removeGroup(p: CapsuleCgroupPaths): Promise<boolean> {
   let ok = true;
-  for (const d of [p.memory, p.pids, p.cpu]) {
+  for (const d of [join(p.memory, WRITER_LEAF), p.memory, p.pids, p.cpu]) {
     if (!d || !existsSync(d)) continue;
     let removed = false;
     for (let i = 0; i < 50 && !removed; i++) {

@@ -2,7 +2,7 @@
 // (`--key=value` overrides CAPSULE_RUNNER_KEY) into one validated object.
 // Nothing else in the runner reads process.env.
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PROC_SWAPS } from '../shared/node/swaps.js';
@@ -22,7 +22,10 @@ export interface RunnerConfig {
     maxCapsules: number;
     minMemoryMb: number;
     maxMemoryMb: number;
-    /** Size of each capsule's tmpfs (input + output + tmp + app files). */
+    /**
+     * Upper bound of each capsule's tmpfs (input + output + tmp + app files);
+     * a capsule gets storageMbFor(memory_mb, tmpfsMb).
+     */
     tmpfsMb: number;
     /** Files and directories per capsule tmpfs (bounds the destroy walk). */
     tmpfsInodes: number;
@@ -36,6 +39,16 @@ export interface RunnerConfig {
     pidsMax: number;
     cpuWeight: number;
   };
+  /**
+   * Memory the node gives capsules in total (MB): a capsule is admitted only
+   * while the sum of live capsules' memory_mb (their files included, see
+   * storageMbFor) plus its own fits. Default: 80 % of MemTotal less the runner's bound.
+   */
+  nodeMemoryMb: number;
+  /** Bound of the runner's own memory cgroup (MB). */
+  runnerMemoryMb: number;
+  /** Exit when the parent process goes away (the runner was spawned by `capsule serve`). */
+  exitWithParent: boolean;
   /**
    * Tests only: run although swap is active. The runner states it in host
    * facts (swap_active: true) and prints a warning; it never hides it.
@@ -80,6 +93,9 @@ const KEYS = [
   'cpu_weight',
   'allow_swap_for_tests',
   'proc_swaps',
+  'node_memory_mb',
+  'runner_memory_mb',
+  'exit_with_parent',
   'wipe_sparse_helper',
 ] as const;
 type Key = (typeof KEYS)[number];
@@ -114,6 +130,25 @@ function absPath(m: Map<Key, string>, k: Key, def?: string): string {
   if (v === undefined) throw new ConfigError(`${k}: required (env CAPSULE_RUNNER_${k.toUpperCase()} or --${k}=...)`);
   if (!isAbsolute(v)) throw new ConfigError(`${k}: must be an absolute path`);
   return resolve(v);
+}
+
+/**
+ * Storage of a capsule: its tmpfs pages are charged to its memory cgroup, so
+ * the tmpfs is at most three quarters of the memory limit. A workload that
+ * fills its storage gets ENOSPC with a quarter of its memory still free to
+ * handle it, never an OOM kill; memory and files share the one memory_mb bound.
+ */
+export function storageMbFor(memoryMb: number, tmpfsMb: number): number {
+  return Math.max(1, Math.min(tmpfsMb, Math.floor((memoryMb * 3) / 4)));
+}
+
+function memTotalMb(): number {
+  try {
+    const m = /^MemTotal:\s+(\d+) kB$/m.exec(readFileSync('/proc/meminfo', 'utf8'));
+    return m ? Math.floor(Number(m[1]) / 1024) : 0;
+  } catch {
+    return 0;
+  }
 }
 
 const DEFAULT_POLICY = fileURLToPath(new URL('../../policies/seccomp-allowlist.yaml', import.meta.url));
@@ -153,6 +188,18 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
   if (procSwaps !== PROC_SWAPS && !existsSync(procSwaps))
     throw new ConfigError(`proc_swaps: no such file ${procSwaps}`);
   const minMemoryMb = int(m, 'min_memory_mb', 16, 4, 1 << 20);
+  const total = memTotalMb();
+  // An eighth of RAM for the runner itself, 256 MB to 2 GB; capsules get 80 % of RAM less that.
+  const runnerMemoryMb = int(m, 'runner_memory_mb', Math.min(2048, Math.max(256, Math.floor(total / 8))), 256, 1 << 20);
+  const nodeMemoryMb = int(
+    m,
+    'node_memory_mb',
+    Math.max(minMemoryMb, Math.floor(total * 0.8) - runnerMemoryMb),
+    minMemoryMb,
+    1 << 24,
+  );
+  const parent = m.get('exit_with_parent');
+  if (parent !== undefined && parent !== '0' && parent !== '1') throw new ConfigError('exit_with_parent: 0 or 1');
   const sparse = m.get('wipe_sparse_helper');
   if (sparse !== undefined && sparse !== '0' && sparse !== '1') throw new ConfigError('wipe_sparse_helper: 0 or 1');
   return {
@@ -181,6 +228,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
     },
     allowSwapForTests: swap === '1',
     procSwaps,
+    nodeMemoryMb,
+    runnerMemoryMb,
+    exitWithParent: parent === '1',
     wipeSparseHelper: sparse !== '0',
   };
 }

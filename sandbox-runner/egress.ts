@@ -8,7 +8,7 @@
 // dropped (empty bounding set, no_new_privs); it is the capsule's only
 // neighbour outside the sandbox, so it must stay this small.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, statSync, unlinkSync } from 'node:fs';
 import { isAbsolute, join } from 'node:path';
 import { RunnerError } from '../shared/runner-protocol.js';
 
@@ -18,6 +18,8 @@ export const CA_INSIDE = '/etc/capsule-ca.pem';
 export interface EgressState {
   netns: string;
   relay_pid: number | null;
+  /** The capsule's proxy socket on the host (recorded so that recovery can remove it after a crash). */
+  proxy_socket?: string;
 }
 
 export function netnsPath(name: string): string {
@@ -198,6 +200,23 @@ function processesInNetns(name: string): number[] {
  * kill exactly the processes that live in the capsule's namespace (by
  * namespace inode), then delete it.
  */
-export function recoverEgress(s: EgressState): Promise<{ relay_stopped: boolean; netns_removed: boolean }> {
-  return detachEgress({ netns: s.netns, relay_pid: null });
+export async function recoverEgress(
+  s: EgressState,
+): Promise<{ relay_stopped: boolean; netns_removed: boolean; proxy_socket_removed: boolean | null }> {
+  const r = await detachEgress({ netns: s.netns, relay_pid: null });
+  return { ...r, proxy_socket_removed: s.proxy_socket ? removeSocketFile(s.proxy_socket) : null };
+}
+
+/**
+ * Removes the lost capsule's proxy socket file: only a socket (lstat, so a
+ * link put in its place is never followed). True when nothing is left there.
+ */
+function removeSocketFile(path: string): boolean {
+  try {
+    if (!lstatSync(path).isSocket()) return false;
+    unlinkSync(path);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'ENOENT';
+  }
 }

@@ -218,7 +218,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
         clearInterval(oomPoll);
         const duration = p.clock.monotonicMs() - start;
         const leftover = groupPids(p.cgroup).length;
-        if (leftover > 0) await killGroup(p.cgroup);
+        if (leftover > 0) await killGroup(p.cgroup, 2000, false);
         const oom = oomSeen || oomKills(p.cgroup) > oomBefore;
         // The shell convention 128 + signal number, for any signal (not only KILL and TERM).
         const sigNum = signal ? signals[signal] : 0;

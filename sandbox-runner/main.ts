@@ -2,7 +2,7 @@
 // start without root, bubblewrap or with swap on, recovers capsules left by
 // a crash, then serves the runner protocol on a 0600 Unix socket.
 // Prints "ready <socket>" on stdout once it accepts connections.
-import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { activeSwaps, PROC_SWAPS, swapRefusal } from '../shared/node/swaps.js';
 import { RUNNER_PROTOCOL_VERSION } from '../shared/runner-protocol.js';
@@ -14,10 +14,13 @@ import { closeInheritedFds } from './fds.js';
 import { bwrapVersion, hostFacts, nsInodes, swapActive } from './host.js';
 import { recoverCapsules } from './recovery.js';
 import { compilePolicy, loadPolicy, PolicyError } from './seccomp.js';
-import { prepareEtc } from './sandbox.js';
+import { prepareEtc, procMaskArgs } from './sandbox.js';
 import { startServer } from './server.js';
-import { Mounter } from './tmpfs.js';
+import { isMounted, Mounter } from './tmpfs.js';
 import { UidPool } from './uids.js';
+
+/** Size of the tmpfs holding the prepared /etc trees and the /proc mask sources. */
+const ETC_TMPFS_MB = 32;
 
 /** Exit 2: the node is unfit (swap on); 1: anything else. */
 function fail(msg: string, code: 1 | 2 = 1): never {
@@ -25,8 +28,32 @@ function fail(msg: string, code: 1 | 2 = 1): never {
   process.exit(code);
 }
 
+/** Graceful stop gets this long (destroying every capsule); then the runner exits anyway and recovery covers the rest. */
+const STOP_DEADLINE_MS = 30_000;
+
+/** The parent pid as the kernel says now (process.ppid is read once at start). */
+function currentPpid(): number | null {
+  try {
+    const stat = readFileSync('/proc/self/stat', 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    return null;
+  }
+}
+
 async function main(): Promise<void> {
   closeInheritedFds();
+  // SIGTERM/SIGINT are obeyed from the first moment: during start-up they are
+  // remembered and acted on once the state is consistent (after recovery).
+  let stop: (() => void) | null = null;
+  let stopRequested = false;
+  const onSignal = (): void => {
+    stopRequested = true;
+    stop?.();
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  const startPpid = currentPpid();
   let config: RunnerConfig;
   try {
     config = loadConfig(process.env, process.argv.slice(2));
@@ -52,7 +79,22 @@ async function main(): Promise<void> {
   }
   if (config.procSwaps !== PROC_SWAPS)
     process.stderr.write(`capsule-runner: WARNING swap is read from ${config.procSwaps} (proc_swaps, tests only)\n`);
+  let cgroups: CgroupManager;
+  let unconfine: () => void;
+  try {
+    cgroups = CgroupManager.open(config.cgroupName);
+    // The runner's own memory is bounded, and the runner plus its capsules together (see confineRunner).
+    unconfine = cgroups.confineRunner(
+      config.runnerMemoryMb * 1024 * 1024,
+      (config.nodeMemoryMb + config.runnerMemoryMb) * 1024 * 1024,
+    );
+  } catch (e) {
+    fail(`cgroups: ${e instanceof CgroupError ? e.message : (e as Error).message}`);
+  }
+  const mounter = Mounter.start();
   let seccompPath: string;
+  let procMask: string[];
+  const etcRoot = join(config.stateDir, 'etc');
   try {
     mkdirSync(config.stateDir, { recursive: true, mode: 0o711 });
     // Capsule uids must traverse (not list) the path to their tmpfs to bind it.
@@ -62,19 +104,17 @@ async function main(): Promise<void> {
     for (const [label, root] of Object.entries(config.runtimes)) {
       if (!existsSync(join(root, 'usr'))) fail(`runtime ${label}: image root ${root} has no usr/`);
     }
+    // The capsules' /etc and /proc masks live on a small tmpfs of their own, so a
+    // capsule's mountinfo names them by their path in it ("/<hash>"), never by a host path.
+    mkdirSync(etcRoot, { recursive: true, mode: 0o711 });
+    if (!isMounted(etcRoot)) await mounter.mount(etcRoot, ETC_TMPFS_MB, 16384);
     for (const root of new Set(Object.values(config.runtimes))) prepareEtc(root, etcDirFor(config.stateDir, root));
-    chmodSync(join(config.stateDir, 'etc'), 0o711);
+    procMask = procMaskArgs(join(etcRoot, '.mask'));
+    chmodSync(etcRoot, 0o711);
   } catch (e) {
     if (e instanceof PolicyError) fail(`seccomp policy ${config.seccompPolicyPath}: ${e.message}`);
     fail(`cannot prepare state dir ${config.stateDir}: ${(e as Error).message}`);
   }
-  let cgroups: CgroupManager;
-  try {
-    cgroups = CgroupManager.open(config.cgroupName);
-  } catch (e) {
-    fail(`cgroups: ${e instanceof CgroupError ? e.message : (e as Error).message}`);
-  }
-  const mounter = Mounter.start();
   const lost = await recoverCapsules(config.stateDir, cgroups, mounter, systemClock, systemRandom);
   const facts = hostFacts(cgroups.mode, bwrap, config.procSwaps);
   const manager = new CapsuleManager({
@@ -87,6 +127,7 @@ async function main(): Promise<void> {
     hostNamespaces: nsInodes('self'),
     mounter,
     seccompPath,
+    procMask,
   });
   const server = await startServer(config.socketPath, {
     manager,
@@ -94,22 +135,45 @@ async function main(): Promise<void> {
     hello: () => ({
       protocol_version: RUNNER_PROTOCOL_VERSION,
       host: { ...facts, swap_active: swapActive(config.procSwaps) },
+      capacity: manager.capacity(cgroups.runnerUsageBytes()),
       lost,
     }),
   });
   let stopping = false;
-  const stop = (): void => {
+  stop = (): void => {
     if (stopping) return;
     stopping = true;
+    setTimeout(() => {
+      process.stderr.write(
+        'capsule-runner: graceful stop took too long; exiting (the next start recovers what is left)\n',
+      );
+      process.exit(1);
+    }, STOP_DEADLINE_MS).unref();
     server.close();
-    void manager.shutdown().finally(() => {
+    void (async () => {
+      await manager.shutdown().catch(() => undefined);
+      await mounter.unmount(etcRoot).catch(() => undefined);
+      // The helper lives in the runner's leaf: it must be gone before the leaf can be removed.
+      await mounter.close();
+      unconfine();
       cgroups.removeSubtree();
-      mounter.close();
       process.exit(0);
-    });
+    })();
   };
-  process.on('SIGTERM', stop);
-  process.on('SIGINT', stop);
+  // Spawned by `capsule serve`: die with it even if the parent-death signal was lost (a parent-pid watch).
+  if (config.exitWithParent) {
+    setInterval(() => {
+      const now = currentPpid();
+      if (now !== null && now !== startPpid) {
+        process.stderr.write(`capsule-runner: parent ${startPpid} is gone; stopping\n`);
+        stop?.();
+      }
+    }, 500).unref();
+  }
+  if (stopRequested) {
+    stop();
+    return;
+  }
   process.stdout.write(`ready ${config.socketPath}\n`);
 }
 

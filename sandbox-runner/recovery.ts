@@ -4,7 +4,7 @@
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { LostCapsule } from '../shared/runner-protocol.js';
-import { killGroup, removeGroup, type CgroupManager } from './cgroup.js';
+import { groupPids, killGroup, removeGroup, type CgroupManager } from './cgroup.js';
 import { CAPSULE_ID_RE, capsulesDir, type CapsuleRecord } from './capsule.js';
 import type { Clock, Random } from './clock.js';
 import { recoverEgress } from './egress.js';
@@ -38,20 +38,42 @@ export async function recoverCapsules(
     }
     // Recorded paths first (the runner's own cgroup may have moved), then this runner's layout.
     const paths = record?.cgroup ?? cgroups.pathsFor(id);
-    await killGroup(paths);
-    if (record?.egress) await recoverEgress(record.egress);
     const fresh = cgroups.pathsFor(id);
-    if (fresh.memory !== paths.memory) await killGroup(fresh);
+    const found = new Set([...groupPids(paths), ...(fresh.memory !== paths.memory ? groupPids(fresh) : [])]);
+    let empty = await killGroup(paths);
+    const egress = record?.egress ? await recoverEgress(record.egress) : null;
+    if (fresh.memory !== paths.memory) empty = (await killGroup(fresh)) && empty;
     let wipe = null;
-    if (isMounted(tmpfsDir)) {
+    const wasMounted = isMounted(tmpfsDir);
+    if (wasMounted) {
       wipe = wipeAndZeroize(tmpfsDir, random.bytes(32)).report;
       await mounter.unmount(tmpfsDir);
     }
-    await removeGroup(paths);
-    if (fresh.memory !== paths.memory) await removeGroup(fresh);
-    if (!isMounted(tmpfsDir)) rmSync(tmpfsDir, { recursive: true, force: true });
-    rmSync(`${tmpfsDir}.json`, { force: true });
-    lost.push({ capsule_id: id, recovered_at: clock.iso(), wipe });
+    let removed = await removeGroup(paths);
+    if (fresh.memory !== paths.memory) removed = (await removeGroup(fresh)) && removed;
+    const unmounted = !isMounted(tmpfsDir);
+    let stateRemoved = true;
+    try {
+      if (unmounted) rmSync(tmpfsDir, { recursive: true, force: true });
+      rmSync(`${tmpfsDir}.json`, { force: true });
+    } catch {
+      stateRemoved = false;
+    }
+    lost.push({
+      capsule_id: id,
+      recovered_at: clock.iso(),
+      wipe,
+      recovery: {
+        processes_killed: found.size,
+        cgroup_empty: empty,
+        cgroup_removed: removed,
+        tmpfs_was_mounted: wasMounted,
+        wipe,
+        tmpfs_unmounted: unmounted,
+        egress,
+        state_removed: stateRemoved && unmounted && !existsSync(`${tmpfsDir}.json`),
+      },
+    });
   }
   return lost;
 }

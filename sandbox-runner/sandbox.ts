@@ -10,7 +10,7 @@
 // the exec writes the argfile (on the capsule tmpfs, root-only, never bound
 // inside) and says "go". fd 3 carries the compiled seccomp program, fd 4
 // receives bwrap's {"child-pid": N} so the runner can observe the capsule.
-import { cpSync, existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 export const INSIDE_UID = 1000;
@@ -24,10 +24,21 @@ export const BLOCK_FD = 6;
 
 /**
  * /etc entries a workload needs from the image (dynamic loader cache, TLS
- * roots, Debian alternatives links, time zone, NSS order). Nothing else of
+ * roots, Debian alternatives links, time zone, NSS order, the public service
+ * and protocol name tables getaddrinfo/getservbyname read). Nothing else of
  * the host /etc is visible.
  */
-const ETC_SUBSET = ['ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'alternatives', 'ssl', 'localtime', 'nsswitch.conf'];
+const ETC_SUBSET = [
+  'ld.so.cache',
+  'ld.so.conf',
+  'ld.so.conf.d',
+  'alternatives',
+  'ssl',
+  'localtime',
+  'nsswitch.conf',
+  'services',
+  'protocols',
+];
 
 /**
  * Builds the capsules' /etc for one image root once, at runner start: a copy
@@ -68,6 +79,65 @@ function isSymlink(p: string): boolean {
   }
 }
 
+/**
+ * /proc entries hidden from a capsule, as container runtimes do (runc's
+ * default masked paths) plus the host's identity: the VM init arguments, the
+ * kernel build configuration, the physical memory and I/O port maps, and the
+ * boot id. Files read as empty, directories as empty and read-only.
+ */
+export const MASKED_PROC_FILES = [
+  '/proc/cmdline',
+  '/proc/config.gz',
+  '/proc/iomem',
+  '/proc/ioports',
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/key-users',
+  '/proc/kallsyms',
+  '/proc/latency_stats',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+  '/proc/sched_debug',
+  '/proc/sysrq-trigger',
+  '/proc/vmallocinfo',
+  '/proc/sys/kernel/random/boot_id',
+];
+export const MASKED_PROC_DIRS = [
+  '/proc/acpi',
+  '/proc/asound',
+  '/proc/scsi',
+  '/proc/bus',
+  '/proc/fs',
+  '/proc/irq',
+  '/proc/driver',
+];
+
+/** Where the runner keeps the empty file and directory it binds over masked /proc entries. */
+export interface MaskSources {
+  emptyFile: string;
+  emptyDir: string;
+}
+
+/**
+ * Prepares the mask sources under dir (which must be on the runner's own
+ * small tmpfs, so that a capsule's mountinfo shows `/.mask/...` rather than
+ * a host path) and returns the bwrap arguments for the entries this kernel
+ * has. /proc/sys is bound read-only first: its contents follow the reader's
+ * namespaces (hostname, net), so the host procfs' view is the capsule's own.
+ */
+export function procMaskArgs(dir: string): string[] {
+  const m: MaskSources = { emptyFile: join(dir, 'file'), emptyDir: join(dir, 'dir') };
+  mkdirSync(m.emptyDir, { recursive: true, mode: 0o555 });
+  chmodSync(dir, 0o711);
+  chmodSync(m.emptyDir, 0o555);
+  writeFileSync(m.emptyFile, '', { mode: 0o444 });
+  chmodSync(m.emptyFile, 0o444);
+  const args: string[] = ['--ro-bind', '/proc/sys', '/proc/sys'];
+  for (const f of MASKED_PROC_FILES) if (existsSync(f)) args.push('--ro-bind', m.emptyFile, f);
+  for (const d of MASKED_PROC_DIRS) if (existsSync(d)) args.push('--ro-bind', m.emptyDir, d);
+  return args;
+}
+
 export interface SandboxSpec {
   /** Host directory of the capsule's tmpfs. */
   tmpfsDir: string;
@@ -88,6 +158,8 @@ export interface SandboxSpec {
   netnsPath?: string | null;
   /** Egress: CA bundle file bound read-only at /etc/capsule-ca.pem. */
   caFile?: string | null;
+  /** bwrap arguments masking /proc entries (procMaskArgs, computed once at runner start). */
+  procMask?: string[];
 }
 
 /** bwrap mount arguments for the top-level entries of the image root (/usr, /bin, /lib...). */
@@ -142,6 +214,7 @@ export function sandboxArgv(s: SandboxSpec): string[] {
     ...(s.caFile ? ['--ro-bind', s.caFile, '/etc/capsule-ca.pem'] : []),
     '--proc',
     '/proc',
+    ...(s.procMask ?? []),
     '--dev',
     '/dev',
     '--bind',
@@ -216,4 +289,71 @@ export function baseEnv(hostname: string): Record<string, string> {
     LANG: 'C.UTF-8',
     HOSTNAME: hostname,
   };
+}
+
+/** One filesystem entry bubblewrap sets up inside the sandbox, read back from its argv. */
+export interface SandboxMount {
+  /** The bwrap option: ro-bind, bind, symlink, proc, dev, tmpfs, remount-ro... */
+  kind: string;
+  /** Path inside the sandbox. */
+  dest: string;
+  /** Host source (binds) or link target (symlinks). */
+  source?: string;
+}
+
+const TWO_ARG_MOUNTS = new Set(['--ro-bind', '--bind', '--dev-bind', '--ro-bind-try', '--bind-try', '--symlink']);
+const ONE_ARG_MOUNTS = new Set(['--proc', '--dev', '--tmpfs', '--mqueue', '--dir', '--remount-ro']);
+/** Other bwrap options and how many values follow them (a value is never read as an option). */
+const OPTION_VALUES: Record<string, number> = {
+  '--setenv': 2,
+  '--chmod': 2,
+  '--file': 2,
+  '--bind-data': 2,
+  '--ro-bind-data': 2,
+  '--unsetenv': 1,
+  '--uid': 1,
+  '--gid': 1,
+  '--hostname': 1,
+  '--chdir': 1,
+  '--seccomp': 1,
+  '--add-seccomp-fd': 1,
+  '--info-fd': 1,
+  '--json-status-fd': 1,
+  '--block-fd': 1,
+  '--userns-block-fd': 1,
+  '--sync-fd': 1,
+  '--lock-file': 1,
+  '--cap-drop': 1,
+  '--cap-add': 1,
+  '--args': 1,
+  '--argv0': 1,
+  '--userns': 1,
+  '--userns2': 1,
+  '--pidns': 1,
+  '--exec-label': 1,
+  '--file-label': 1,
+  '--perms': 1,
+  '--size': 1,
+};
+
+/**
+ * The mounts of a sandbox argv in order (what docs/SECURITY.md lists and a
+ * test keeps in sync). Stops at `--`: what follows is the command.
+ */
+export function sandboxMounts(argv: string[]): SandboxMount[] {
+  const out: SandboxMount[] = [];
+  const start = argv.indexOf('bwrap');
+  for (let i = start + 1; i < argv.length && argv[i] !== '--'; i++) {
+    const a = argv[i]!;
+    if (TWO_ARG_MOUNTS.has(a)) {
+      out.push({ kind: a.slice(2), source: argv[i + 1]!, dest: argv[i + 2]! });
+      i += 2;
+    } else if (ONE_ARG_MOUNTS.has(a)) {
+      out.push({ kind: a.slice(2), dest: argv[i + 1]! });
+      i += 1;
+    } else {
+      i += OPTION_VALUES[a] ?? 0;
+    }
+  }
+  return out;
 }

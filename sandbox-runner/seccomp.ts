@@ -5,6 +5,9 @@
 // that either falls through to the next block or RETurns. Every jump stays
 // inside its own block (a few instructions), so the 8-bit BPF jump offsets
 // can never overflow however long the list grows. Default: errno.
+// Argument checks read the low 32 bits of an argument: every argument they
+// are used on is an int or unsigned int in the kernel (flags, family, type,
+// protocol, ioctl command, personality), so the high bits are ignored there too.
 import { readFileSync } from 'node:fs';
 import { parse } from 'yaml';
 
@@ -14,6 +17,7 @@ const BPF_JGE_K = 0x35;
 const BPF_JSET_K = 0x45;
 const BPF_RET_K = 0x06;
 const BPF_ALU_AND_K = 0x54;
+const BPF_JMP_JA = 0x05;
 
 const SECCOMP_RET_KILL_PROCESS = 0x80000000;
 const SECCOMP_RET_ERRNO = 0x00050000;
@@ -45,6 +49,14 @@ export interface ArgMask {
   mask: number;
 }
 
+/** One condition on an argument's low 32 bits (after masking): in or not in a set. */
+export interface ArgCond {
+  arg: number;
+  mask?: number;
+  in?: number[];
+  not_in?: number[];
+}
+
 export interface SyscallRule {
   name: string;
   nr: number;
@@ -57,6 +69,11 @@ export interface SyscallRule {
   arg_in?: ArgValues;
   /** Refuse when (arg & mask) is one of values. */
   deny_arg_values?: ArgValues;
+  /**
+   * Allow only when one of the alternatives holds (each a list of conditions
+   * that must all hold); refuse with the default errno otherwise. Used alone.
+   */
+  allow_when?: ArgCond[][];
 }
 
 export interface SeccompPolicy {
@@ -80,6 +97,28 @@ function checkArgValues(v: unknown, where: string): ArgValues {
   }
   if (o.mask !== undefined && !isInt(o.mask)) throw new PolicyError(`${where}: mask must be a u32`);
   return { arg: o.arg, values: o.values, ...(o.mask !== undefined ? { mask: o.mask } : {}) };
+}
+
+function checkAllowWhen(v: unknown, where: string): ArgCond[][] {
+  if (!Array.isArray(v) || v.length === 0 || v.length > 16) throw new PolicyError(`${where}: needs 1..16 alternatives`);
+  return v.map((alt, i) => {
+    if (!Array.isArray(alt) || alt.length === 0 || alt.length > 6)
+      throw new PolicyError(`${where}[${i}]: needs 1..6 conditions`);
+    return alt.map((c: Partial<ArgCond>, j) => {
+      const w = `${where}[${i}][${j}]`;
+      if (!c || !isInt(c.arg, 5)) throw new PolicyError(`${w}.arg must be 0..5`);
+      if (c.mask !== undefined && !isInt(c.mask)) throw new PolicyError(`${w}.mask must be a u32`);
+      const list = (x: unknown): x is number[] =>
+        Array.isArray(x) && x.length > 0 && x.length <= 32 && x.every((y) => isInt(y));
+      if ((c.in === undefined) === (c.not_in === undefined) || !list(c.in ?? c.not_in))
+        throw new PolicyError(`${w}: needs exactly one of in/not_in with 1..32 u32 values`);
+      return {
+        arg: c.arg,
+        ...(c.mask !== undefined ? { mask: c.mask } : {}),
+        ...(c.in ? { in: c.in } : { not_in: c.not_in! }),
+      };
+    });
+  });
 }
 
 /** Parses and validates the policy text (YAML). */
@@ -116,6 +155,11 @@ export function parsePolicy(text: string): SeccompPolicy {
     if (r.arg_in !== undefined) out.arg_in = checkArgValues(r.arg_in, `${where}.arg_in`);
     if (r.deny_arg_values !== undefined)
       out.deny_arg_values = checkArgValues(r.deny_arg_values, `${where}.deny_arg_values`);
+    if (r.allow_when !== undefined) {
+      if (out.errno || out.deny_arg_mask || out.arg_in || out.deny_arg_values)
+        throw new PolicyError(`${where}.allow_when cannot be combined with other rules`);
+      out.allow_when = checkAllowWhen(r.allow_when, `${where}.allow_when`);
+    }
     return out;
   });
   return {
@@ -137,9 +181,43 @@ const jump = (code: number, k: number, jt: number, jf: number): Insn => {
   return { code, jt, jf, k: k >>> 0 };
 };
 
+/**
+ * One alternative of allow_when: its conditions in turn, then RET allow. A
+ * failing condition jumps to the alternative's end (the next alternative, or
+ * the rule's RET deny).
+ */
+function alternative(conds: ArgCond[]): Insn[] {
+  const out: Insn[] = [];
+  const toFail: number[] = [];
+  for (const c of conds) {
+    out.push(stmt(BPF_LD_W_ABS, offArgLow(c.arg)));
+    if (c.mask !== undefined) out.push(stmt(BPF_ALU_AND_K, c.mask));
+    if (c.in) {
+      // A match skips the remaining comparisons and the JA to the end.
+      c.in.forEach((v, i) => out.push(jump(BPF_JEQ_K, v, c.in!.length - i, 0)));
+      toFail.push(out.length);
+      out.push(stmt(BPF_JMP_JA, 0));
+    } else {
+      for (const v of c.not_in!) {
+        toFail.push(out.length);
+        out.push(jump(BPF_JEQ_K, v, 0, 0));
+      }
+    }
+  }
+  out.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+  for (const pc of toFail) {
+    const off = out.length - (pc + 1);
+    const ins = out[pc]!;
+    if (ins.code === BPF_JMP_JA) ins.k = off;
+    else out[pc] = jump(ins.code, ins.k, off, 0);
+  }
+  return out;
+}
+
 /** The instructions of one syscall's block (everything after its JEQ). */
 function ruleBody(r: SyscallRule, deny: number): Insn[] {
   if (r.errno) return [stmt(BPF_RET_K, SECCOMP_RET_ERRNO | ERRNOS[r.errno]!)];
+  if (r.allow_when) return [...r.allow_when.flatMap(alternative), stmt(BPF_RET_K, deny)];
   const body: Insn[] = [];
   if (r.deny_arg_mask) {
     body.push(stmt(BPF_LD_W_ABS, offArgLow(r.deny_arg_mask.arg)));

@@ -29,6 +29,7 @@ function handlers(d: ServerDeps): Handlers {
     create: async (p) => ({ result: await m.create(p) }),
     exec: async (p) => ({ result: await m.exec(p) }),
     upload: async (p, body) => ({ result: await m.upload(p, body) }),
+    usage: async (p) => ({ result: m.usage(p) }),
     list_output: async (p) => ({ result: await m.listOutput(p) }),
     read_output: async (p) => {
       const r = await m.readOutput(p);

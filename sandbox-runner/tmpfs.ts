@@ -112,8 +112,21 @@ export class Mounter {
     return { gone: !isMounted(dir), lazy };
   }
 
-  close(): void {
-    this.helper?.stdin.end();
+  /** Ends the helper; resolves once it has exited (at most 2 s), so that its cgroup can be removed. */
+  close(): Promise<void> {
+    const h = this.helper;
     this.helper = null;
+    if (!h || h.exitCode !== null || h.signalCode !== null) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        h.kill('SIGKILL');
+        resolve();
+      }, 2000);
+      h.once('exit', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      h.stdin.end();
+    });
   }
 }

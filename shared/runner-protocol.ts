@@ -20,9 +20,40 @@ export interface HostFacts {
   bwrap_version: string;
 }
 
+/**
+ * What the node can still admit. Capsule memory (files included: a capsule's
+ * tmpfs pages count against its memory_mb) is committed at create and
+ * released at destroy; create is refused with `capacity` when it would not fit.
+ */
+export interface RunnerCapacity {
+  /** Memory the node gives capsules in total (runner option node_memory_mb). */
+  memory_mb: number;
+  /** Sum of memory_mb of live capsules and creates in progress. */
+  committed_mb: number;
+  free_mb: number;
+  capsules: number;
+  max_capsules: number;
+  /** Bound of the runner's own memory cgroup, and what it is charged now (null: unreadable). */
+  runner_memory_mb: number;
+  runner_usage_bytes: number | null;
+}
+
+/** One live capsule's use of its bounds (GET /v1/capsules/:id reports it). */
+export interface CapsuleUsage {
+  capsule_id: string;
+  /** Bytes used on the capsule's tmpfs (statfs) and its size: storageMbFor(memory_mb). */
+  storage_used_bytes: number;
+  storage_limit_bytes: number;
+  /** Memory charged to the capsule's cgroup (processes and files) and its limit. */
+  memory_used_bytes: number | null;
+  memory_limit_bytes: number;
+}
+
 export interface RunnerHello {
   protocol_version: number;
   host: HostFacts;
+  /** Absent only from runners that predate admission control. */
+  capacity?: RunnerCapacity;
   /** Capsules found at runner start from before a crash; wiped and removed already. */
   lost: LostCapsule[];
 }
@@ -32,6 +63,31 @@ export interface LostCapsule {
   /** Wipe evidence of the recovery, as measured (may be partial). */
   recovered_at: string;
   wipe: WipeReport | null;
+  /**
+   * What the recovery after the crash measured and did, for the control
+   * plane to carry into the capsule's partial proof as evidence. Absent only
+   * from runners that predate it.
+   */
+  recovery?: RecoveryEvidence;
+}
+
+/** Recovery of one lost capsule by a restarted runner (hello.lost[].recovery). */
+export interface RecoveryEvidence {
+  /** Processes found in the capsule's cgroup (a command still running, or left over) and killed. */
+  processes_killed: number;
+  /** The cgroup was empty after the kill. */
+  cgroup_empty: boolean;
+  /** The capsule's cgroup directories were removed. */
+  cgroup_removed: boolean;
+  /** Its tmpfs was still mounted when recovery began (false: nothing to wipe; wipe is null then). */
+  tmpfs_was_mounted: boolean;
+  /** Wipe of that tmpfs, same shape as a destroy's (also in LostCapsule.wipe). */
+  wipe: WipeReport | null;
+  tmpfs_unmounted: boolean;
+  /** Egress attachment of the capsule, when it had one: relay killed, namespace and proxy socket file removed. */
+  egress: { relay_stopped: boolean; netns_removed: boolean; proxy_socket_removed: boolean | null } | null;
+  /** The state record and mount point directory are gone. */
+  state_removed: boolean;
 }
 
 export interface EgressAttachment {
@@ -58,6 +114,8 @@ export interface CreatedCapsule {
   hostname: string;
   host_uid: number;
   created_at: string;
+  /** Size of the capsule's storage (its tmpfs), derived from memory_mb. */
+  storage_limit_bytes?: number;
 }
 
 export interface ExecRequest {
@@ -140,6 +198,7 @@ export interface RunnerMethods {
   read_output: [{ capsule_id: string; filename: string }, FileEntry];
   destroy: [{ capsule_id: string }, DestroyResult];
   list: [Record<string, never>, { capsules: string[] }];
+  usage: [{ capsule_id: string }, CapsuleUsage];
 }
 
 /** Closed set of runner error codes; the control plane maps them to API errors. */
@@ -149,7 +208,8 @@ export type RunnerErrorCode =
   | 'too_large' // upload or file over the bound
   | 'busy' // capsule is being destroyed
   | 'no_space' // tmpfs full
-  | 'unavailable' // runner shutting down or resources exhausted
+  | 'unavailable' // runner shutting down or unreachable
+  | 'capacity' // the node cannot back another capsule now (memory, capsule count, uids); retry later
   | 'internal';
 
 /** A runner error as the client surfaces it. */
@@ -172,6 +232,8 @@ export interface RunnerPort {
   readOutput(capsuleId: string, filename: string): Promise<{ entry: FileEntry; bytes: Uint8Array }>;
   destroy(capsuleId: string): Promise<DestroyResult>;
   list(): Promise<string[]>;
+  /** Storage and memory use of one live capsule (optional: in-process test runners may lack it). */
+  usage?(capsuleId: string): Promise<CapsuleUsage>;
   close(): Promise<void>;
 }
 
@@ -213,6 +275,7 @@ export const RUNNER_REQUEST_SCHEMAS: { [K in keyof RunnerMethods]: z.ZodType<Run
   read_output: capsuleRef.extend({ filename: z.string() }),
   destroy: capsuleRef,
   list: empty,
+  usage: capsuleRef,
 };
 
 /** The first problem of a failed parse as "<field>: <what>" (field like app_files[0].filename). */

@@ -2,6 +2,7 @@
 // needs. Types only: no I/O.
 import type { CapsulefileFileEntry } from './content-hash.js';
 import type { CapsulefileDefinition } from './schema.js';
+import type { OutboxEvent } from '../domain/webhooks.js';
 
 export type CapsulefileStatus = 'draft' | 'finalized';
 
@@ -68,7 +69,13 @@ export interface CapsulefileStore {
   files(id: string): Promise<CapsulefileFileEntry[]>;
   filesWithBytes(id: string): Promise<CapsulefileFileBytes[]>;
   /** draft -> finalized in one transaction: the row is locked, then `compute` sees exactly the final file set. */
-  finalize(id: string, at: string, compute: FinalizeFn): Promise<Capsulefile | null>;
+  finalize(
+    id: string,
+    at: string,
+    compute: FinalizeFn,
+    /** Webhook events of the finalized record (capsulefile.finalized), written in the same transaction. */
+    events?: (finalized: Capsulefile) => OutboxEvent[],
+  ): Promise<Capsulefile | null>;
   /** Deletes the row and its files unless a live capsule references it. */
   deleteCapsulefile(id: string): Promise<DeleteOutcome>;
   /**

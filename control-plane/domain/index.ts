@@ -4,3 +4,4 @@ export * from './ports.js';
 export * from './tiers.js';
 export * from './schemas.js';
 export * from './prices.js';
+export * from './webhooks.js';

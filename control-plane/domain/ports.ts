@@ -19,6 +19,7 @@ import type {
   UsageItem,
 } from './types.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
+import type { OutboxEvent } from './webhooks.js';
 
 export interface Clock {
   /** Milliseconds since the epoch. */
@@ -58,6 +59,8 @@ export interface Destruction {
   key: KeyRecord | null;
   /** The proof's usage item, written in the same transaction (billable as the capsule). */
   usage: UsageEntry;
+  /** Webhook events of the destruction, written to the outbox in the same transaction. */
+  events?: OutboxEvent[];
 }
 
 export interface ContactMessage {
@@ -77,6 +80,18 @@ export interface ActivitySide {
   move?: { from: readonly CapsuleStatus[]; to: CapsuleStatus };
   /** Usage item of a billable event (exec completed, egress request), written with the event. */
   usage?: UsageEntry;
+  /**
+   * The capsule's trail cap: when `activity_seq` has reached it the event is
+   * not stored but counted as dropped (the other side effects still apply).
+   * Absent: the event is always stored (execution completions, destruction).
+   */
+  cap?: number;
+}
+
+/** What a capsule's cap refused so far. */
+export interface ActivityDrops {
+  dropped_events: number;
+  first_dropped_type: string | null;
 }
 
 export interface CapsulePage {
@@ -108,7 +123,14 @@ export interface Store {
    * capsule (`billable` false) takes a live slot only: it never counts
    * against the month, the proofs or their limits.
    */
-  reserveCapsule(customerId: string, limits: Limits, cycleStart: string, billable: boolean): Promise<ReserveOutcome>;
+  reserveCapsule(
+    customerId: string,
+    limits: Limits,
+    cycleStart: string,
+    billable: boolean,
+    /** Events for a month's count moving from `before` to `after` (quota.threshold), written in the same transaction. */
+    onCount?: (before: number, after: number) => OutboxEvent[],
+  ): Promise<ReserveOutcome>;
   /** Gives back a live-capsule slot (destroy, expiry, failed create). */
   releaseLive(customerId: string): Promise<void>;
   /** Undoes a reservation whose capsule never came to exist. */
@@ -126,6 +148,8 @@ export interface Store {
     c: Capsule,
     first: { type: string; at: string; fields: Record<string, unknown> },
     usage: UsageEntry,
+    /** Webhook events of the create (capsule.created), written in the same transaction. */
+    events?: OutboxEvent[],
   ): Promise<InsertCapsuleOutcome>;
   getCapsule(id: string): Promise<Capsule | null>;
   listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage>;
@@ -147,7 +171,10 @@ export interface Store {
     at: string,
     fields: Record<string, unknown>,
     side?: ActivitySide,
-  ): Promise<ActivityEvent>;
+  ): Promise<ActivityEvent | null>;
+  /** Events after `afterSeq` in order, at most `limit` (trails are read in pages, never whole). */
+  activityPage(capsuleId: string, afterSeq: number, limit: number): Promise<ActivityEvent[]>;
+  activityDrops(capsuleId: string): Promise<ActivityDrops>;
   activity(capsuleId: string): Promise<ActivityEvent[]>;
 
   // Proofs and keys
@@ -246,7 +273,8 @@ export interface RunningEgress {
 
 /** Starts one capsule's sealed egress layer (the egress adapter). Invalid config throws EgressConfigError. */
 export interface EgressLauncher {
-  start(spec: EgressSpec, onEvent: (e: EgressActivity) => void): Promise<RunningEgress>;
+  /** onEvent's promise (if any) settles once the event is stored; the layer bounds how many are unsettled. */
+  start(spec: EgressSpec, onEvent: (e: EgressActivity) => void | Promise<unknown>): Promise<RunningEgress>;
 }
 
 /** A profile/declaration/policy the egress layer cannot enforce: the message names the field. */

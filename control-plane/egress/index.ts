@@ -4,6 +4,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import {
+  ByteBudget,
   checkDeclarationEntry,
   checkMcpPolicy,
   checkRule,
@@ -36,14 +37,20 @@ export interface ProxyEgressOptions {
   random?: (n: number) => Uint8Array;
   /** Refusals (no customer bytes) for operator logs. */
   onRefusal?: (capsuleId: string, r: EgressRefusal) => void;
+  /** Memory bounds (the typed config's egressBudgets); test limits override the per-capsule ones. */
+  budgets?: { inspectBytesPerCapsule: number; inspectBytesPerProcess: number; maxQueuedEvents: number };
 }
 
 export class ProxyEgress implements EgressLauncher {
+  /** Inspection bytes held by every capsule's proxy together. */
+  readonly processBudget: ByteBudget | null;
+
   constructor(private readonly o: ProxyEgressOptions) {
     mkdirSync(o.socketDir, { recursive: true, mode: 0o700 });
+    this.processBudget = o.budgets ? new ByteBudget(o.budgets.inspectBytesPerProcess) : null;
   }
 
-  async start(spec: EgressSpec, onEvent: (e: EgressActivity) => void): Promise<RunningEgress> {
+  async start(spec: EgressSpec, onEvent: (e: EgressActivity) => void | Promise<unknown>): Promise<RunningEgress> {
     // Validate with the proxy's own checkers first, so a bad stored value becomes a 400 naming the field.
     const rules: Rule[] = spec.rules.map((r, i) => {
       const c = checkRule(r);
@@ -67,7 +74,16 @@ export class ProxyEgress implements EgressLauncher {
       ...(spec.mcpPolicy !== undefined ? { mcpPolicy: spec.mcpPolicy as McpPolicy } : {}),
       ...(this.o.extraCaPem !== null ? { extraCaPem: this.o.extraCaPem } : {}),
       ...(this.o.resolver ? { resolver: this.o.resolver } : {}),
-      ...(this.o.limits ? { limits: this.o.limits } : {}),
+      limits: {
+        ...(this.o.budgets
+          ? {
+              inspectBudgetBytes: this.o.budgets.inspectBytesPerCapsule,
+              maxQueuedEvents: this.o.budgets.maxQueuedEvents,
+            }
+          : {}),
+        ...this.o.limits,
+      },
+      ...(this.processBudget ? { processInspectBudget: this.processBudget } : {}),
       // WARNING: the proxy keeps its own real-time clock: it also dates the capsule CA, which a fake clock would break.
       ...(this.o.random ? { random: this.o.random } : {}),
       onEvent: (e: EgressEvent) => onEvent(e as unknown as EgressActivity),

@@ -1,4 +1,5 @@
 // Assembles the Koa application: request context first, then the routers.
+import type Router from '@koa/router';
 import Koa from 'koa';
 import type { AppDeps } from './context.js';
 import { requestContext } from './middleware.js';
@@ -10,12 +11,30 @@ import { capsulefileRoutes } from './routes/capsulefiles.js';
 import { egressRoutes } from './routes/egress.js';
 import { publicRoutes } from './routes/public.js';
 import { sessionRoutes } from './routes/sessions.js';
+import { webhookRoutes } from './routes/webhooks.js';
+import { verifyPageRoutes } from './routes/verify-page.js';
 
 export type { AppDeps, HttpOptions } from './context.js';
 export { ERROR_TABLE, renderError } from './errors.js';
 export { RateLimiter } from './rate-limit.js';
 export { capConnectionsPerSource, type ConnectionGuard } from './connections.js';
 export { requireMfa } from './mfa.js';
+
+export interface ServedRoute {
+  method: string;
+  path: string;
+}
+
+/** The method and path of every route the app's routers carry (HEAD excluded: Koa answers it from GET). */
+export function servedRoutes(app: Koa): ServedRoute[] {
+  const out: ServedRoute[] = [];
+  for (const mw of app.middleware) {
+    const router = (mw as { router?: Router }).router;
+    for (const layer of router?.stack ?? [])
+      for (const m of layer.methods) if (m !== 'HEAD') out.push({ method: m.toLowerCase(), path: String(layer.path) });
+  }
+  return out;
+}
 
 export function createApp(d: AppDeps): Koa {
   const app = new Koa({ proxy: false });
@@ -30,6 +49,8 @@ export function createApp(d: AppDeps): Koa {
     accountRoutes(d),
     usageRoutes(d),
     billingRoutes(d),
+    webhookRoutes(d),
+    verifyPageRoutes(d),
   ]) {
     app.use(r.routes() as unknown as Koa.Middleware);
   }

@@ -16,6 +16,13 @@ export class ReconnectingRunner implements RunnerPort {
     this.listeners.push(cb);
   }
 
+  /** The runner was restarted: drop the old connection; the next call opens a new one (listeners run then). */
+  reconnect(): void {
+    const c = this.client;
+    this.client = null;
+    void c?.close().catch(() => undefined);
+  }
+
   private current(): RunnerPort {
     if (this.closed) throw new RunnerError('unavailable', 'runner connection closed');
     if (!this.client) {
@@ -61,6 +68,12 @@ export class ReconnectingRunner implements RunnerPort {
   }
   list() {
     return this.use((c) => c.list());
+  }
+  usage(id: string) {
+    return this.use((c) => {
+      if (!c.usage) throw new RunnerError('internal', 'this runner does not report usage');
+      return c.usage(id);
+    });
   }
   async close(): Promise<void> {
     this.closed = true;

@@ -16,6 +16,7 @@ import {
   type CapsulefilePage,
 } from '../capsulefile/index.js';
 import { nullAsAbsent, type Caller } from '../domain/index.js';
+import { newEvent } from './webhooks.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 
@@ -126,12 +127,27 @@ export class CapsulefileService {
     const c = await this.ownDraft(caller, id);
     // Immutable from here on: a package the capsule could never get is refused now, not at capsule create.
     await this.checkPackages(c.definition);
-    const done = await this.d.capsulefiles.finalize(c.id, this.d.clock.nowIso(), (definition, files) => ({
-      content_hash: contentHash(definition, files),
-      size_bytes: files.reduce((n, f) => n + f.size_bytes, 0),
-      file_count: files.length,
-    }));
+    const done = await this.d.capsulefiles.finalize(
+      c.id,
+      this.d.clock.nowIso(),
+      (definition, files) => ({
+        content_hash: contentHash(definition, files),
+        size_bytes: files.reduce((n, f) => n + f.size_bytes, 0),
+        file_count: files.length,
+      }),
+      (f) => [
+        newEvent(this.d, caller.account.customer_id, 'capsulefile.finalized', {
+          capsulefile_id: f.id,
+          name: f.definition.name,
+          content_hash: f.content_hash,
+          file_count: f.file_count,
+          size_bytes: f.size_bytes,
+          finalized_at: f.finalized_at,
+        }),
+      ],
+    );
     if (!done) throw new ApiError('resource_conflict', 'Capsulefile is finalized and immutable');
+    this.d.webhooks.kick?.();
     this.d.log.info({ capsulefile_id: c.id, content_hash: done.content_hash }, 'capsulefile finalized');
     return done;
   }

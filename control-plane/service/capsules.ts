@@ -2,7 +2,14 @@
 // output. Every step that touches customer data records its activity event
 // durably as it happens.
 import { ApiError, invalid } from '../../shared/errors.js';
-import type { ExecRequest, ExecResult, FileEntry, ListedFile } from '../../shared/runner-protocol.js';
+import {
+  RunnerError,
+  type CapsuleUsage,
+  type ExecRequest,
+  type ExecResult,
+  type FileEntry,
+  type ListedFile,
+} from '../../shared/runner-protocol.js';
 import type {
   ApiForm,
   Caller,
@@ -11,6 +18,7 @@ import type {
   DataClassification,
   EgressSpec,
   InsertCapsuleOutcome,
+  OutboxEvent,
   RunningEgress,
 } from '../domain/index.js';
 import { EgressConfigError, LIVE_STATUSES } from '../domain/index.js';
@@ -18,13 +26,17 @@ import { cycleStart, isoMicros } from './clock.js';
 import type { Deps } from './deps.js';
 import { newId, sha512Prefixed } from './ids.js';
 import { usageEntry } from './usage.js';
+import { activityCap } from './activity.js';
 import { fromRunner } from './runner-errors.js';
 import type { RecoveryGate } from './recovery.js';
 import { notFound as capsulefileNotFound, unmetPackagesWhy, type CapsulefileService } from './capsulefiles.js';
 import { profileNotFound, requireEgressTier, type EgressProfileService } from './egress-profiles.js';
 import { gate, type EgressSessions } from './egress-sessions.js';
+import { newEvent } from './webhooks.js';
 
 export const DEFAULT_TTL_SECONDS = 300;
+/** Percentages of a monthly quota that send quota.threshold. */
+export const QUOTA_THRESHOLDS = [80, 100] as const;
 /** Runner memory ceiling per capsule when no Capsulefile sets one. */
 export const DEFAULT_MEMORY_MB = 256;
 
@@ -59,7 +71,14 @@ export class LiveState {
   }
 }
 
+/** Runner refusals that happen before the command starts (nothing ran). */
+const REFUSED_BEFORE_RUN: ReadonlySet<string> = new Set(['invalid', 'not_found', 'busy', 'no_space', 'too_large']);
+
 export class CapsuleService {
+  private get cap(): number {
+    return activityCap(this.d);
+  }
+
   constructor(
     private readonly d: Deps,
     private readonly live: LiveState,
@@ -78,10 +97,25 @@ export class CapsuleService {
     return c;
   }
 
+  /**
+   * Storage (and memory) use of a live capsule as its runner measures it;
+   * null when the capsule is not live or the runner cannot say right now
+   * (a status read never fails because of it).
+   */
+  async usage(c: Capsule): Promise<CapsuleUsage | null> {
+    if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id) || !this.d.runner.usage) return null;
+    try {
+      return await this.d.runner.usage(c.id);
+    } catch {
+      return null;
+    }
+  }
+
   /** A capsule an operation needs alive: destroyed or expiring ones give 410. */
   async ownedLive(caller: Caller, id: string, form?: ApiForm): Promise<Capsule> {
-    const c = await this.owned(caller, id, form);
+    // Reconcile first: a recovery pass may just have ended this capsule (read its row after it).
     await this.gate.ensure();
+    const c = await this.owned(caller, id, form);
     if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id)) {
       throw new ApiError(
         'capsule_expired',
@@ -125,12 +159,25 @@ export class CapsuleService {
         ? DEFAULT_MEMORY_MB
         : Math.min(def.memory_mb, this.d.capsulefileLimits[a.tier].max_memory_mb);
     const billable = caller.key_mode === 'live';
-    const outcome = await this.d.store.reserveCapsule(
-      a.customer_id,
-      limits,
-      cycleStart(this.d.clock.nowMs()),
-      billable,
-    );
+    const cycle = cycleStart(this.d.clock.nowMs());
+    const monthly = limits.capsules_per_month;
+    // quota.threshold: the month's count reaching 80 % and 100 % of the quota, in the reservation's transaction.
+    const onCount = (before: number, after: number): OutboxEvent[] =>
+      monthly === null
+        ? []
+        : QUOTA_THRESHOLDS.filter((pct) => {
+            const at = Math.ceil((monthly * pct) / 100);
+            return before < at && after >= at;
+          }).map((pct) =>
+            newEvent(this.d, a.customer_id, 'quota.threshold', {
+              quota: 'capsules_per_month',
+              threshold_percent: pct,
+              used: after,
+              limit: monthly,
+              billing_cycle_start: cycle,
+            }),
+          );
+    const outcome = await this.d.store.reserveCapsule(a.customer_id, limits, cycle, billable, onCount);
     if (outcome !== 'ok') {
       const what =
         outcome === 'concurrent_capsules'
@@ -257,6 +304,18 @@ export class CapsuleService {
           },
         },
         usageEntry(this.d, 'capsule', 1, capsule.created_at),
+        [
+          newEvent(this.d, customerId, 'capsule.created', {
+            capsule_id: id,
+            status: capsule.status,
+            created_at: capsule.created_at,
+            expires_at: capsule.expires_at,
+            ttl_seconds: capsule.ttl_seconds,
+            data_classification: capsule.data_classification,
+            capsulefile_id: capsule.capsulefile_id,
+            test_mode: !billable,
+          }),
+        ],
       );
     } catch (e) {
       await undoStarted();
@@ -271,6 +330,7 @@ export class CapsuleService {
         : profileNotFound('egress_profile_id');
     }
     rowReady.open();
+    this.d.webhooks.kick?.();
     this.d.log.info({ capsule_id: id, customer_id: customerId }, 'capsule created');
     return capsule;
   }
@@ -308,7 +368,7 @@ export class CapsuleService {
     let settled = false;
     try {
       // The trail binds what ran without carrying the command text or input bytes.
-      await this.d.store.appendActivity(
+      const started = await this.d.store.appendActivity(
         c.id,
         'ExecutionStarted',
         this.d.clock.nowIso(),
@@ -317,8 +377,10 @@ export class CapsuleService {
           input_size_bytes: inputBytes,
           timeout_seconds: timeoutS,
         },
-        first ? { move: { from: ['active'], to: 'executing' } } : {},
+        { cap: this.cap, ...(first ? { move: { from: ['active'], to: 'executing' } } : {}) },
       );
+      // A recorded start always gets its completion (past the cap too); a dropped one is counted only.
+      const closing = started !== null ? {} : { cap: this.cap };
       const execReq = {
         capsule_id: c.id,
         command: req.command,
@@ -330,6 +392,24 @@ export class CapsuleService {
       try {
         result = await this.d.runner.exec(execReq);
       } catch (e) {
+        // The runner answered but the result is lost (e.g. refused as too large): the trail still
+        // closes the exec and counts it when it may have run. A runner gone mid-exec ('unavailable')
+        // leaves it open on purpose: the partial proof states the command was running, not completed.
+        const runnerLost = e instanceof RunnerError && e.code === 'unavailable';
+        if (!this.live.destroying.has(c.id) && !runnerLost) {
+          const code = e instanceof RunnerError ? e.code : 'internal';
+          const mayHaveRun =
+            !(e instanceof RunnerError) || !REFUSED_BEFORE_RUN.has(e.code) || /^frame /.test(e.message);
+          await this.d.store
+            .appendActivity(
+              c.id,
+              'ExecutionFailed',
+              this.d.clock.nowIso(),
+              { error: code },
+              { ...closing, executions: mayHaveRun ? 1 : 0, bytes: mayHaveRun ? inputBytes : 0 },
+            )
+            .catch((err: unknown) => this.d.log.error({ capsule_id: c.id, err }, 'exec: failure event not recorded'));
+        }
         throw fromRunner(e, 'capsule');
       }
       // Egress events of this exec land in the trail before its completion event.
@@ -339,6 +419,7 @@ export class CapsuleService {
       const completedAt = this.d.clock.nowIso();
       const usage = usageEntry(this.d, 'exec', Math.max(0, Math.round(result.duration_ms)), completedAt);
       const side = {
+        ...closing,
         executions: 1,
         bytes: inputBytes,
         usage,
@@ -351,6 +432,9 @@ export class CapsuleService {
           timed_out: result.timed_out,
           stdout_hash: sha512Prefixed(result.stdout),
           stderr_hash: sha512Prefixed(result.stderr),
+          // The hashes are over the output as returned; a cut stream says so.
+          ...(result.stdout_truncated ? { stdout_truncated: true } : {}),
+          ...(result.stderr_truncated ? { stderr_truncated: true } : {}),
         };
         await this.d.store.appendActivity(
           c.id,
@@ -387,7 +471,7 @@ export class CapsuleService {
         size_bytes: entry.size_bytes,
         direction: 'inbound',
       },
-      { bytes: entry.size_bytes },
+      { bytes: entry.size_bytes, cap: this.cap },
     );
     return entry;
   }
@@ -418,7 +502,7 @@ export class CapsuleService {
         size_bytes: out.entry.size_bytes,
         direction: 'outbound',
       },
-      { bytes: out.entry.size_bytes },
+      { bytes: out.entry.size_bytes, cap: this.cap },
     );
     return out;
   }

@@ -18,6 +18,8 @@ import type {
   Tier,
   TierTable,
   UsageStore,
+  WebhookSender,
+  WebhookStore,
   WebhookVerifier,
 } from '../domain/index.js';
 import type { RegulatoryMapping } from './regulatory.js';
@@ -39,6 +41,24 @@ export interface BillingDeps {
   cancelUrl: string;
 }
 
+/** Webhook endpoints and delivery (docs/WEBHOOKS.md). */
+export interface WebhookDeps {
+  store: WebhookStore;
+  sender: WebhookSender;
+  /** Loopback/private receivers and plain http accepted (development, tests, self-hosted). */
+  allowPrivate: boolean;
+  timeoutMs: number;
+  /** Attempts in flight in this process; 0 = this process does not run the delivery worker. */
+  concurrency: number;
+  /** Attempts in flight to one endpoint from this process. */
+  perEndpoint: number;
+  pollMs: number;
+  /** Public base URL (verify links in payloads); filled in once the listener is up. */
+  baseUrl: { value: string };
+  /** Wakes the delivery worker after an event committed (set by buildServices). */
+  kick?: () => void;
+}
+
 export interface Deps {
   store: Store;
   keys: KeyStore;
@@ -51,6 +71,7 @@ export interface Deps {
   egressProfiles: EgressProfileStore;
   /** Seals and opens secrets stored at rest (under the operator's master key). */
   secrets: SecretBox;
+  webhooks: WebhookDeps;
   /** Starts a capsule's sealed egress layer; null = this install serves no egress (profiles give 503 at capsule create). */
   egress: EgressLauncher | null;
   /** Answers which declared Capsulefile packages the capsule base image lacks. */
@@ -63,6 +84,8 @@ export interface Deps {
   tiers: TierTable;
   regulatory: RegulatoryMapping;
   region: string;
+  /** Cap of one capsule's activity trail (default 10,000): past it events are counted as dropped, not stored. */
+  maxActivityEvents?: number;
   log: Log;
   /** Managed signing authority; absent = a fresh ephemeral key per proof. */
   signer?: SignerPort | null;

@@ -7,15 +7,18 @@ import {
   emitPartialRecord,
   emitRecord,
   generateEphemeralKey,
+  incompleteSteps,
   toAuditProof,
+  type ActivityEvent,
   type AuditRecord,
   type CapsuleContext,
   type EphemeralKey,
   type SigningKeyMaterial,
   type Termination,
 } from '../../shared/proof/index.js';
-import { RunnerError, type DestroyResult } from '../../shared/runner-protocol.js';
-import type { Capsule, CapsuleStatus, KeyRecord } from '../domain/index.js';
+import { RunnerError, type DestroyResult, type LostCapsule } from '../../shared/runner-protocol.js';
+import { ACTIVITY_PAGE, foldTrail, inlineBound, recordTruncation, type FoldedTrail } from './activity.js';
+import type { Capsule, CapsuleStatus, KeyRecord, OutboxEvent } from '../domain/index.js';
 import { LIVE_STATUSES } from '../domain/index.js';
 import type { LiveState } from './capsules.js';
 import type { Deps } from './deps.js';
@@ -24,6 +27,7 @@ import type { EgressSessions } from './egress-sessions.js';
 import { regulatoryContext } from './regulatory.js';
 import { usageEntry } from './usage.js';
 import { fromRunner } from './runner-errors.js';
+import { newEvent, verifyUrl } from './webhooks.js';
 
 /** Ephemeral keys are not an authority's keys; the key record names them so. */
 export const EPHEMERAL_AUTHORITY = 'svc-ephemeral';
@@ -77,6 +81,7 @@ export class DestructionService {
     try {
       const commandRunning = this.live.isRunning(c.id);
       const egressEvidence = await this.stopEgress(c);
+      await recordTruncation(this.d, c.id);
       await this.d.store.appendActivity(c.id, 'DestructionInitiated', this.d.clock.nowIso(), { trigger });
       let result: DestroyResult;
       try {
@@ -95,24 +100,25 @@ export class DestructionService {
       }
       const status: CapsuleStatus = trigger === 'ttl_expired' ? 'expired' : 'destroyed';
       const destroyedAt = TIMESTAMP_RE.test(result.destroyed_at) ? result.destroyed_at : this.d.clock.nowIso();
-      const activity = await this.d.store.activity(c.id);
-      const last = activity[activity.length - 1];
+      const trail = await foldTrail(this.d, c.id, inlineBound(this.d));
       // Step 7 is the control plane's: the trail it sealed, as counted.
       const evidence = Array.from({ length: 8 }, (_, i) => result.evidence[i] ?? {});
       // Step 4 (key destruction): the runner's capsule key plus the egress proxy's CA and leaf keys.
       if (egressEvidence) evidence[3] = { ...(evidence[3] ?? {}), egress_proxy: egressEvidence };
       evidence[6] = {
-        activity_events: activity.length,
-        first_seq: activity[0]?.seq ?? null,
-        last_seq: last?.seq ?? null,
-        last_event_type: last?.type ?? null,
+        activity_events: trail.count,
+        first_seq: trail.first_seq,
+        last_seq: trail.last?.seq ?? null,
+        last_event_type: trail.last?.type ?? null,
+        ...(trail.events === null ? { activity_inline: false } : {}),
       };
       const termination: Termination = {
         trigger,
         command_was_running: result.command_was_running || commandRunning,
         ...(result.command_was_running || commandRunning ? { command_completed: false } : {}),
       };
-      const regulatory = regulatoryContext(this.d.regulatory, c.jurisdiction);
+      const notDone = new Set(incompleteSteps(evidence).map((s) => s.step));
+      const regulatory = regulatoryContext(this.d.regulatory, c.jurisdiction, notDone);
       const record = this.sign((key) =>
         emitRecord(
           {
@@ -120,7 +126,7 @@ export class DestructionService {
             created_at: c.created_at,
             destroyed_at: destroyedAt,
             evidence,
-            activity,
+            ...trailInput(trail),
             capsule_context: capsuleContext(c),
             termination,
             regulatory_context: regulatory,
@@ -141,13 +147,24 @@ export class DestructionService {
         regulatory_context: regulatory,
         capsule_context: capsuleContext(c),
       };
+      const proofId = newId('prf_', this.d.random);
       await this.d.store.recordDestruction({
         capsule: c,
         from: LIVE_STATUSES,
         status,
         destroyed_at: destroyedAt,
+        events: [
+          this.cdpGenerated(c, proofId, record as unknown as Record<string, unknown>),
+          newEvent(this.d, c.customer_id, status === 'expired' ? 'capsule.expired' : 'capsule.destroyed', {
+            capsule_id: c.id,
+            status,
+            destroyed_at: destroyedAt,
+            trigger,
+            proof_id: proofId,
+          }),
+        ],
         proof: {
-          proof_id: newId('prf_', this.d.random),
+          proof_id: proofId,
           capsule_id: c.id,
           customer_id: c.customer_id,
           record: record as unknown as Record<string, unknown>,
@@ -159,6 +176,7 @@ export class DestructionService {
         usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
       });
       this.egress.forget(c.id);
+      this.d.webhooks.kick?.();
       this.d.log.info({ capsule_id: c.id, trigger }, 'capsule destroyed');
       return response;
     } finally {
@@ -167,7 +185,7 @@ export class DestructionService {
   }
 
   /** Marks a capsule whose runner state is gone `expired_unclean` with a signed partial proof. */
-  async partial(c: Capsule, reason: string): Promise<void> {
+  async partial(c: Capsule, reason: string, lost?: LostCapsule): Promise<void> {
     // A partial proof has no step evidence: the proxy's key destruction is logged only.
     const egressEvidence = await this.egress.stop(c.id).catch(() => null);
     if (egressEvidence)
@@ -183,33 +201,57 @@ export class DestructionService {
       await this.d.store.releaseLive(c.customer_id);
       return;
     }
-    const activity = await this.d.store.activity(c.id);
+    // The runner's recovery wipe, as it measured it, goes into the trail (signed through the root) and the evidence.
+    // `recovery` (processes killed, cgroup, tmpfs, egress socket clean-up) is absent only from older runners.
+    const recoveryWipe = lost
+      ? { recovered_at: lost.recovered_at, wipe: lost.wipe, ...(lost.recovery ? { recovery: lost.recovery } : {}) }
+      : null;
+    if (recoveryWipe && !(await this.hasRecoveryEvent(c.id)))
+      await this.d.store.appendActivity(c.id, 'RunnerRecoveryWipe', this.d.clock.nowIso(), {
+        recovered_at: recoveryWipe.recovered_at,
+        wipe_measured: recoveryWipe.wipe !== null,
+        ...(recoveryWipe.wipe ? { wipe: recoveryWipe.wipe } : {}),
+      });
+    const trail = await foldTrail(this.d, c.id, inlineBound(this.d));
+    // A command was in flight when the state was lost if the capsule was left `executing`
+    // or the trail holds an ExecutionStarted that never completed.
+    const wasRunning = c.status === 'executing' || trail.open_executions > 0;
     const record = this.sign((key) =>
       emitPartialRecord(
         {
           capsule_id: c.id,
           created_at: c.created_at,
           reason,
-          activity,
+          ...trailInput(trail),
+          ...(recoveryWipe ? { evidence: [{ runner_recovery: recoveryWipe }] } : {}),
           capsule_context: capsuleContext(c),
-          // A capsule left `executing` had a command in flight when its state was lost.
           termination: {
             trigger: 'system_restart',
-            command_was_running: c.status === 'executing',
-            ...(c.status === 'executing' ? { command_completed: false } : {}),
+            command_was_running: wasRunning,
+            ...(wasRunning ? { command_completed: false } : {}),
           },
           internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
         },
         key,
       ),
     );
+    const proofId = newId('prf_', this.d.random);
     await this.d.store.recordDestruction({
       capsule: c,
       from: LIVE_STATUSES,
       status: 'expired_unclean',
       destroyed_at: null,
+      events: [
+        this.cdpGenerated(c, proofId, record as unknown as Record<string, unknown>),
+        newEvent(this.d, c.customer_id, 'capsule.failed', {
+          capsule_id: c.id,
+          status: 'expired_unclean',
+          reason,
+          proof_id: proofId,
+        }),
+      ],
       proof: {
-        proof_id: newId('prf_', this.d.random),
+        proof_id: proofId,
         capsule_id: c.id,
         customer_id: c.customer_id,
         record: record as unknown as Record<string, unknown>,
@@ -220,6 +262,7 @@ export class DestructionService {
       key: this.keyRecordOf(record),
       usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
     });
+    this.d.webhooks.kick?.();
     this.d.log.warn({ capsule_id: c.id, reason }, 'capsule expired unclean');
   }
 
@@ -252,6 +295,52 @@ export class DestructionService {
     return this.keyRecord(att.key_id, att.public_key.replace(/^base64:/, ''));
   }
 
+  /**
+   * Terminal state of a capsule whose proof could not be built after its retry
+   * budget: a partial proof when one can still be made, otherwise
+   * `expired_unclean` with no proof (GET /v1/proofs answers 404) and the error logged.
+   */
+  async abandon(id: string, reason: string): Promise<void> {
+    const c = await this.d.store.getCapsule(id);
+    if (!c || !LIVE_STATUSES.includes(c.status)) return;
+    // Nothing of it may keep running; the runner's wipe happens in its destroy.
+    await this.d.runner.destroy(id).catch(() => undefined);
+    try {
+      await this.partial(c, reason);
+      return;
+    } catch (e) {
+      this.d.log.error({ capsule_id: id, err: e, reason }, 'no proof could be built; capsule ends expired_unclean');
+    }
+    if (await this.d.store.transition(id, LIVE_STATUSES, 'expired_unclean'))
+      await this.d.store.releaseLive(c.customer_id);
+  }
+
+  /** A retried partial proof must not add the recovery wipe twice. */
+  private async hasRecoveryEvent(capsuleId: string): Promise<boolean> {
+    let after = 0;
+    for (;;) {
+      const page = await this.d.store.activityPage(capsuleId, after, ACTIVITY_PAGE);
+      if (page.some((e) => e.type === 'RunnerRecoveryWipe')) return true;
+      if (page.length < ACTIVITY_PAGE) return false;
+      after = page[page.length - 1]!.seq;
+    }
+  }
+
+  /** cdp.generated: the stored proof's identity and hashes, and where anyone can verify it. */
+  private cdpGenerated(c: Capsule, proofId: string, record: Record<string, unknown>): OutboxEvent {
+    const termination = record.termination as { trigger?: unknown } | undefined;
+    return newEvent(this.d, c.customer_id, 'cdp.generated', {
+      capsule_id: c.id,
+      proof_id: proofId,
+      cdp_version: record.cdp_version ?? null,
+      completeness: record.completeness ?? 'complete',
+      canonical_hash: record.canonical_hash ?? null,
+      final_hash: record.final_hash ?? null,
+      termination: { trigger: termination?.trigger ?? null },
+      verify_url: verifyUrl(this.d, c.id),
+    });
+  }
+
   private keyRecord(keyId: string, publicKey: string): KeyRecord {
     return {
       key_id: keyId,
@@ -268,6 +357,15 @@ function keyUnavailable(): ApiError {
   return new ApiError('service_unavailable', 'the signing key is unavailable; retry later', {
     extra: { retry_after: 30, degradation_mode: 'signing_key_unavailable' },
   });
+}
+
+/** The emitter's trail members: inline events when the trail is within the bound, the folded root always. */
+function trailInput(trail: FoldedTrail): {
+  activity: ActivityEvent[];
+  activity_root: string;
+  activity_carried: boolean;
+} {
+  return { activity: trail.events ?? [], activity_root: trail.root, activity_carried: trail.events !== null };
 }
 
 /** Belt and braces: emitRecord zeroizes too; a throw before it must not leak. */

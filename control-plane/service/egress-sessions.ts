@@ -6,6 +6,7 @@
 import type { EgressActivity, EgressSpec, RunningEgress } from '../domain/index.js';
 import type { Deps } from './deps.js';
 import { usageEntry } from './usage.js';
+import { activityCap } from './activity.js';
 
 interface Session {
   egress: RunningEgress;
@@ -47,10 +48,11 @@ export class EgressSessions {
     if (!launcher) throw new Error('egress is not configured');
     let session: Session | null = null;
     const pending: EgressActivity[] = [];
-    const record = (e: EgressActivity): void => {
+    // The returned promise settles once the event is stored: the proxy bounds how many are unsettled.
+    const record = (e: EgressActivity): Promise<void> | undefined => {
       if (!session) {
         pending.push(e);
-        return;
+        return undefined;
       }
       const s = session;
       const { type, at, ...fields } = e;
@@ -58,13 +60,10 @@ export class EgressSessions {
         .then(() => ready.promise)
         // Each request through the sealed layer is a billable event: its usage item goes in with its event.
         .then(() =>
-          this.d.store.appendActivity(
-            spec.capsuleId,
-            type,
-            at,
-            fields,
-            type === 'SealedHttpRequest' ? { usage: usageEntry(this.d, 'egress_request', 1, at) } : {},
-          ),
+          this.d.store.appendActivity(spec.capsuleId, type, at, fields, {
+            cap: activityCap(this.d),
+            ...(type === 'SealedHttpRequest' ? { usage: usageEntry(this.d, 'egress_request', 1, at) } : {}),
+          }),
         )
         .then(
           () => {
@@ -78,6 +77,7 @@ export class EgressSessions {
             );
           },
         );
+      return s.trail;
     };
     const egress = await launcher.start(spec, record);
     session = { egress, trail: Promise.resolve(), recorded: 0, failed: 0, stopped: null };

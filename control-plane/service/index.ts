@@ -13,8 +13,13 @@ import { EgressSessions } from './egress-sessions.js';
 import { ProofService } from './proofs.js';
 import { recover, RecoveryGate } from './recovery.js';
 import { Sweeper } from './sweeper.js';
+import { Retries } from './retries.js';
+import { WebhookService } from './webhooks.js';
+import { WebhookWorker } from './webhook-worker.js';
 
-export type { BillingDeps, Deps, Log } from './deps.js';
+export type { BillingDeps, Deps, Log, WebhookDeps } from './deps.js';
+export { WEBHOOK_ID_HEADER } from './webhook-worker.js';
+export { webhookSecretContext } from './webhooks.js';
 export { ITEM_FIELDS, itemRow, itemView } from './usage.js';
 export { issueKey } from './api-keys.js';
 export { systemClock, systemRandom, isoMicros, cycleStart } from './clock.js';
@@ -42,14 +47,22 @@ export interface Services {
   mfa: MfaService;
   usage: UsageService;
   billing: BillingService;
+  webhooks: WebhookService;
+  /** Delivers the outbox (start/stop with the server). */
+  webhookWorker: WebhookWorker;
 }
 
 export function buildServices(d: Deps, sweepIntervalMs: number): Services {
+  const webhookWorker = new WebhookWorker(d);
+  d.webhooks.kick = () => webhookWorker.kick();
+  const webhooks = new WebhookService(d);
+  webhooks.attach(webhookWorker);
   const live = new LiveState();
   const egress = new EgressSessions(d);
   const egressProfiles = new EgressProfileService(d);
   const destruction = new DestructionService(d, live, egress);
-  const recovery = new RecoveryGate(() => recover(d, destruction, live.creating), d.log);
+  const retries = new Retries(d.clock);
+  const recovery = new RecoveryGate(() => recover(d, destruction, live.creating, retries), d.log);
   const capsulefiles = new CapsulefileService(d);
   return {
     accounts: new AccountService(d),
@@ -57,7 +70,7 @@ export function buildServices(d: Deps, sweepIntervalMs: number): Services {
     capsulefiles,
     destruction,
     proofs: new ProofService(d),
-    sweeper: new Sweeper(d, destruction, sweepIntervalMs, recovery),
+    sweeper: new Sweeper(d, destruction, sweepIntervalMs, recovery, retries),
     recovery,
     egressProfiles,
     egress,
@@ -65,6 +78,8 @@ export function buildServices(d: Deps, sweepIntervalMs: number): Services {
     mfa: new MfaService(d),
     usage: new UsageService(d),
     billing: new BillingService(d),
+    webhooks,
+    webhookWorker,
   };
 }
 export { emitLegacySessionProof } from './legacy-proof.js';

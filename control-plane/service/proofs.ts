@@ -41,12 +41,15 @@ export class ProofService {
   async proofRecord(caller: Caller, capsuleId: string): Promise<Record<string, unknown>> {
     const p = await this.owned(caller, capsuleId);
     const r = p.record as unknown as AuditRecord;
+    const v = this.verify(p.record);
     return {
       proof_id: p.proof_id,
       capsule_id: p.capsule_id,
       cdp: p.record,
       component_proofs: r.component_proofs ?? {},
-      verified: this.verify(p.record).valid,
+      verified: v.valid,
+      // The verifier's one line, e.g. "AuditProof verified; destruction reported incomplete (step 3: ...)".
+      summary: v.summary,
       created_at: p.created_at,
     };
   }

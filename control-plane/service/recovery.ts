@@ -4,16 +4,20 @@
 import { ApiError } from '../../shared/errors.js';
 import type { Deps, Log } from './deps.js';
 import { LOST_ON_RESTART, type DestructionService } from './destruction.js';
+import type { Retries } from './retries.js';
 
 export interface RecoveryReport {
   expired_unclean: string[];
   orphans_destroyed: string[];
+  /** Capsules whose partial proof failed: retried by the sweeper under their own budget. */
+  failed: string[];
 }
 
 export async function recover(
   d: Deps,
   destruction: DestructionService,
   creating: ReadonlySet<string>,
+  retries: Retries,
 ): Promise<RecoveryReport> {
   const hello = await d.runner.hello();
   // Creates in flight around the listing: the runner may hold their sandbox before their row exists,
@@ -22,14 +26,21 @@ export async function recover(
   const onRunner = new Set(await d.runner.list());
   for (const id of creating) inFlight.add(id);
   const creatingNow = (id: string): boolean => inFlight.has(id) || creating.has(id);
-  const lost = new Set(hello.lost.map((l) => l.capsule_id));
-  const report: RecoveryReport = { expired_unclean: [], orphans_destroyed: [] };
+  const lost = new Map(hello.lost.map((l) => [l.capsule_id, l]));
+  const report: RecoveryReport = { expired_unclean: [], orphans_destroyed: [], failed: [] };
   const live = await d.store.liveCapsules();
   const known = new Set(live.map((c) => c.id));
   for (const c of live) {
     if (lost.has(c.id) || (!onRunner.has(c.id) && !creatingNow(c.id))) {
-      await destruction.partial(c, LOST_ON_RESTART);
-      report.expired_unclean.push(c.id);
+      // One capsule's failure is its own: logged, retried later, never a failed start.
+      try {
+        await destruction.partial(c, LOST_ON_RESTART, lost.get(c.id));
+        report.expired_unclean.push(c.id);
+      } catch (e) {
+        d.log.error({ capsule_id: c.id, err: e }, 'recovery: partial proof failed; the sweeper retries it');
+        retries.fail(c.id, { lost: lost.get(c.id) });
+        report.failed.push(c.id);
+      }
     }
   }
   for (const id of onRunner) {
@@ -41,7 +52,8 @@ export async function recover(
       .catch((e: unknown) => d.log.warn({ capsule_id: id, err: e }, 'recovery: orphan destroy failed'));
     report.orphans_destroyed.push(id);
   }
-  if (report.expired_unclean.length || report.orphans_destroyed.length) d.log.warn({ ...report }, 'recovery done');
+  if (report.expired_unclean.length || report.orphans_destroyed.length || report.failed.length)
+    d.log.warn({ ...report }, 'recovery done');
   return report;
 }
 

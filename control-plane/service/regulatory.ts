@@ -26,9 +26,18 @@ export function parseRegulatoryMapping(yamlText: string): RegulatoryMapping {
   return file.parse(parse(yamlText));
 }
 
-export function regulatoryContext(map: RegulatoryMapping, jurisdiction: string): RegulatoryContext {
+/**
+ * `skipSteps`: steps that did not fully happen (termination.incomplete_steps);
+ * a provision is never listed beside a step the proof says did not happen.
+ */
+export function regulatoryContext(
+  map: RegulatoryMapping,
+  jurisdiction: string,
+  skipSteps: ReadonlySet<number> = new Set(),
+): RegulatoryContext {
   const mappings: RegulatoryContext['mappings'] = [];
   for (const s of map.steps) {
+    if (skipSteps.has(s.step)) continue;
     const list = s.provisions[jurisdiction as keyof typeof s.provisions] ?? [];
     if (list.length === 0) continue;
     mappings.push({

@@ -21,6 +21,12 @@ export function fromRunner(e: unknown, what: string): ApiError {
         return new ApiError('payload_too_large', 'capsule storage is full', { cause: e });
       case 'busy':
         return new ApiError('capsule_expired', 'capsule is being destroyed', { cause: e });
+      case 'capacity':
+        // The node is full for now: a retryable 503 (Retry-After), never a reason to reconnect.
+        return new ApiError('service_unavailable', 'the node is at capacity now; retry later', {
+          cause: e,
+          extra: { retry_after: 30 },
+        });
       case 'unavailable':
         return new ApiError('service_unavailable', 'the capsule runner is unavailable', {
           cause: e,

@@ -1,7 +1,11 @@
 // TTL expiry: destroys live capsules whose time ran out (trigger ttl_expired,
-// status `expired`, proof included). One pass at a time.
+// status `expired`, proof included), and retries the partial proofs recovery
+// could not build. One pass at a time; each capsule has its own retry budget
+// (retries.ts): one that keeps failing ends `expired_unclean`, the rest go on.
 import type { Deps } from './deps.js';
-import type { DestructionService } from './destruction.js';
+import { LIVE_STATUSES } from '../domain/index.js';
+import { LOST_ON_RESTART, type DestructionService } from './destruction.js';
+import type { Retries } from './retries.js';
 import type { RecoveryGate } from './recovery.js';
 
 export class Sweeper {
@@ -12,6 +16,7 @@ export class Sweeper {
     private readonly destruction: DestructionService,
     private readonly intervalMs: number,
     private readonly gate: RecoveryGate,
+    private readonly retries: Retries,
   ) {}
 
   start(): void {
@@ -43,12 +48,36 @@ export class Sweeper {
       this.d.log.error({ err: e }, 'sweeper: listing expired capsules failed');
       return;
     }
+    for (const p of this.retries.pendingPartials()) {
+      if (!this.retries.due(p.id)) continue;
+      await this.isolated(p.id, 'partial proof', async () => {
+        const c = await this.d.store.getCapsule(p.id);
+        if (c && LIVE_STATUSES.includes(c.status)) await this.destruction.partial(c, LOST_ON_RESTART, p.lost);
+      });
+    }
     for (const c of due) {
-      try {
-        await this.destruction.destroy(c, 'ttl_expired');
-      } catch (e) {
-        this.d.log.warn({ capsule_id: c.id, err: e }, 'sweeper: destroy failed; retrying next pass');
+      if (!this.retries.due(c.id) || this.retries.pendingPartials().some((p) => p.id === c.id)) continue;
+      await this.isolated(c.id, 'destroy', () => this.destruction.destroy(c, 'ttl_expired').then(() => undefined));
+    }
+  }
+
+  /** Runs one capsule's step; a failure is logged with its id and spends that capsule's budget only. */
+  private async isolated(id: string, what: string, step: () => Promise<void>): Promise<void> {
+    try {
+      await step();
+      this.retries.succeed(id);
+    } catch (e) {
+      const pending = this.retries.pendingPartials().find((p) => p.id === id);
+      const verdict = this.retries.fail(id, pending ? { lost: pending.lost } : undefined);
+      const attempts = this.retries.attempts(id);
+      if (verdict === 'retry') {
+        this.d.log.warn({ capsule_id: id, err: e, attempts }, `sweeper: ${what} failed; retried after backoff`);
+        return;
       }
+      this.d.log.error({ capsule_id: id, err: e }, `sweeper: ${what} kept failing; capsule given up`);
+      await this.destruction
+        .abandon(id, `${what}_failed_repeatedly`)
+        .catch((err: unknown) => this.d.log.error({ capsule_id: id, err }, 'sweeper: giving up a capsule failed'));
     }
   }
 

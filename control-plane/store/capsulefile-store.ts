@@ -17,7 +17,9 @@ import {
   type FinalizeFn,
 } from '../capsulefile/index.js';
 import { CapsulefileEntity, CapsulefileFileEntity, type CapsulefileRow } from './entities.js';
+import type { OutboxEvent } from '../domain/index.js';
 import type { Orm } from './orm.js';
+import { insertOutbox } from './webhook-store.js';
 import { after, all, liveUsers, num, page, run } from './sql.js';
 
 function toCapsulefile(r: CapsulefileRow): Capsulefile {
@@ -166,7 +168,12 @@ export class SqlCapsulefileStore implements CapsulefileStore {
     }));
   }
 
-  async finalize(id: string, at: string, compute: FinalizeFn): Promise<Capsulefile | null> {
+  async finalize(
+    id: string,
+    at: string,
+    compute: FinalizeFn,
+    events?: (finalized: Capsulefile) => OutboxEvent[],
+  ): Promise<Capsulefile | null> {
     return this.em().transactional(async (em) => {
       const moved = await run(
         em,
@@ -190,7 +197,7 @@ export class SqlCapsulefileStore implements CapsulefileStore {
         r.file_count,
         id,
       ]);
-      return toCapsulefile({
+      const done = toCapsulefile({
         ...row,
         status: 'finalized',
         finalized_at: at,
@@ -198,6 +205,8 @@ export class SqlCapsulefileStore implements CapsulefileStore {
         size_bytes: r.size_bytes,
         file_count: r.file_count,
       });
+      if (events) await insertOutbox(em, events(done));
+      return done;
     });
   }
 

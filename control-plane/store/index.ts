@@ -1,5 +1,5 @@
 // Public entry of the storage adapter.
-import type { BillingStore, EgressProfileStore, KeyStore, Store, UsageStore } from '../domain/index.js';
+import type { BillingStore, EgressProfileStore, KeyStore, Store, UsageStore, WebhookStore } from '../domain/index.js';
 import type { CapsulefileStore } from '../capsulefile/index.js';
 import { SqlCapsulefileStore } from './capsulefile-store.js';
 import { SqlBillingStore } from './billing-store.js';
@@ -8,6 +8,7 @@ import { SqlKeyStore } from './key-store.js';
 import { SqlUsageStore } from './usage-store.js';
 import { openOrm, type DbConfig } from './orm.js';
 import { SqlStore } from './sql-store.js';
+import { SqlWebhookStore } from './webhook-store.js';
 
 export type { DbConfig } from './orm.js';
 
@@ -23,6 +24,7 @@ export interface Stores {
   keys: KeyStore;
   usage: UsageStore;
   billing: BillingStore;
+  webhooks: WebhookStore;
 }
 
 /** Every store over one database connection (closing `store` closes all). */
@@ -35,5 +37,6 @@ export async function openStores(db: DbConfig): Promise<Stores> {
     keys: new SqlKeyStore(orm),
     usage: new SqlUsageStore(orm),
     billing: new SqlBillingStore(orm),
+    webhooks: new SqlWebhookStore(orm, db.driver === 'postgresql'),
   };
 }

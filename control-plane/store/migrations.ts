@@ -126,9 +126,54 @@ export class Migration0011Accounts extends Migration {
   }
 }
 
+export class Migration0005ActivityCap extends Migration {
+  override up(): void {
+    // Events refused once a capsule's trail reached its cap: how many, and the first one's type.
+    this.addSql(`alter table "capsules" add column "activity_dropped" integer not null default 0`);
+    this.addSql(`alter table "capsules" add column "activity_first_dropped" varchar(64) null`);
+  }
+}
+
+export class Migration0010Webhooks extends Migration {
+  override up(): void {
+    // Endpoints: the signing secret only sealed (envelope encryption under the master key).
+    this.addSql(`create table "webhook_endpoints" (
+      "id" varchar(64) primary key, "customer_id" varchar(64) not null references "accounts" ("customer_id"),
+      "url" varchar(2048) not null, "events" text not null, "description" text not null,
+      "active" integer not null default 1, "secret_sealed" text not null,
+      "created_at" varchar(40) not null, "updated_at" varchar(40) not null)`);
+    this.addSql(
+      `create index "webhook_endpoints_customer_idx" on "webhook_endpoints" ("customer_id", "created_at", "id")`,
+    );
+    // The outbox: one row per event that had a subscriber, written in the state change's transaction.
+    this.addSql(`create table "webhook_events" (
+      "id" varchar(64) primary key, "customer_id" varchar(64) not null, "type" varchar(64) not null,
+      "payload" text not null, "created_at" varchar(40) not null)`);
+    this.addSql(`create index "webhook_events_created_idx" on "webhook_events" ("created_at")`);
+    // One row per attempt; a pending row is claimed under a lease (lease_owner, lease_until).
+    this.addSql(`create table "webhook_deliveries" (
+      "id" varchar(64) primary key, "endpoint_id" varchar(64) not null, "customer_id" varchar(64) not null,
+      "event_id" varchar(64) not null, "event_type" varchar(64) not null, "attempt_number" integer not null,
+      "status" varchar(16) not null, "due_at" varchar(40) not null, "response_status" integer null,
+      "response_body" text null, "duration_ms" integer null, "error" varchar(300) null,
+      "next_attempt_at" varchar(40) null, "attempted_at" varchar(40) null, "created_at" varchar(40) not null,
+      "lease_owner" varchar(64) null, "lease_until" varchar(40) null,
+      "replay" integer not null default 0, "replayed_at" varchar(40) null)`);
+    this.addSql(`create index "webhook_deliveries_due_idx" on "webhook_deliveries" ("status", "due_at")`);
+    this.addSql(
+      `create index "webhook_deliveries_endpoint_idx" on "webhook_deliveries" ("endpoint_id", "created_at", "id")`,
+    );
+    this.addSql(
+      `create index "webhook_deliveries_customer_idx" on "webhook_deliveries" ("customer_id", "status", "created_at", "id")`,
+    );
+  }
+}
+
 export const MIGRATIONS = [
   { name: 'Migration0001Initial', class: Migration0001Initial },
   { name: 'Migration0002Capsulefiles', class: Migration0002Capsulefiles },
   { name: 'Migration0003EgressProfiles', class: Migration0003EgressProfiles },
+  { name: 'Migration0005ActivityCap', class: Migration0005ActivityCap },
+  { name: 'Migration0010Webhooks', class: Migration0010Webhooks },
   { name: 'Migration0011Accounts', class: Migration0011Accounts },
 ];

@@ -6,6 +6,7 @@ import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ApiError } from '../../shared/errors.js';
 import type { ActivityEvent } from '../../shared/proof/index.js';
 import type {
+  ActivityDrops,
   ActivitySide,
   Account,
   Caller,
@@ -20,6 +21,7 @@ import type {
   KeyRecord,
   Limits,
   NewAccount,
+  OutboxEvent,
   ReserveOutcome,
   Store,
   StoredProof,
@@ -42,6 +44,7 @@ import {
 import type { Orm } from './orm.js';
 import { after, all, num, page, run } from './sql.js';
 import { insertUsage } from './usage-store.js';
+import { insertOutbox } from './webhook-store.js';
 import { LIVE_STATUSES } from '../domain/index.js';
 
 function toAccount(r: AccountRow): Account {
@@ -208,6 +211,7 @@ export class SqlStore implements Store {
     limits: Limits,
     cycleStart: string,
     billable: boolean,
+    onCount?: (before: number, after: number) => OutboxEvent[],
   ): Promise<ReserveOutcome> {
     const BIG = Number.MAX_SAFE_INTEGER;
     const monthly = limits.capsules_per_month ?? BIG;
@@ -224,13 +228,18 @@ export class SqlStore implements Store {
         );
         return t === 1 ? 'ok' : 'concurrent_capsules';
       }
-      const n = await this.run(
-        `update "accounts" set "capsules_used" = "capsules_used" + 1, "live_capsules" = "live_capsules" + 1
-         where "customer_id" = ? and "capsules_used" < ? and "live_capsules" < ? and "cdps_used" < ?`,
-        [customerId, monthly, live, cdps],
+      const moved = await all<{ capsules_used: unknown }>(
         em,
+        `update "accounts" set "capsules_used" = "capsules_used" + 1, "live_capsules" = "live_capsules" + 1
+         where "customer_id" = ? and "capsules_used" < ? and "live_capsules" < ? and "cdps_used" < ?
+         returning "capsules_used"`,
+        [customerId, monthly, live, cdps],
       );
-      if (n === 1) return 'ok';
+      if (moved.length === 1) {
+        const used = num(moved[0]!.capsules_used);
+        if (onCount) await insertOutbox(em, onCount(used - 1, used));
+        return 'ok';
+      }
       const r = await em.findOne(AccountEntity, { customer_id: customerId });
       if (!r) return 'capsules_per_month';
       if (num(r.cdps_used) >= cdps) return 'cdp_limit';
@@ -260,6 +269,7 @@ export class SqlStore implements Store {
     c: Capsule,
     first: { type: string; at: string; fields: Record<string, unknown> },
     usage: UsageEntry,
+    events: OutboxEvent[] = [],
   ): Promise<InsertCapsuleOutcome> {
     const row: CapsuleRow = {
       id: c.id,
@@ -312,6 +322,7 @@ export class SqlStore implements Store {
           fields: JSON.stringify(first.fields),
         });
         await insertUsage(em, usage, c.customer_id, c.id, c.billable);
+        await insertOutbox(em, events);
         return 'ok';
       });
     } catch (e) {
@@ -377,19 +388,33 @@ export class SqlStore implements Store {
     at: string,
     fields: Record<string, unknown>,
     side: ActivitySide = {},
-  ): Promise<ActivityEvent> {
+  ): Promise<ActivityEvent | null> {
     // The seq counter row is locked by the UPDATE until commit: exact order under concurrency.
     return this.em().transactional(async (em) => {
       // UPDATE ... RETURNING (SQLite 3.35+, PostgreSQL): one statement moves and reads the counter.
+      // Under the cap (if any) the counter moves; at the cap the event is counted as dropped instead.
       const rows = await all<{ activity_seq: number; customer_id: string; billable: unknown }>(
         em,
-        'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "activity_seq", "customer_id", "billable"',
-        [side.executions ?? 0, side.bytes ?? 0, capsuleId],
+        'update "capsules" set "activity_seq" = "activity_seq" + 1, "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ?' +
+          (side.cap !== undefined ? ' and "activity_seq" < ?' : '') +
+          ' returning "activity_seq", "customer_id", "billable"',
+        [side.executions ?? 0, side.bytes ?? 0, capsuleId, ...(side.cap !== undefined ? [side.cap] : [])],
       );
-      const row = rows[0];
-      if (rows.length !== 1 || !row) throw new ApiError('resource_not_found', 'capsule not found');
+      let row = rows[0];
+      let stored = true;
+      if (rows.length !== 1 && side.cap !== undefined) {
+        const dropped = await all<{ activity_seq: number; customer_id: string; billable: unknown }>(
+          em,
+          'update "capsules" set "activity_dropped" = "activity_dropped" + 1, "activity_first_dropped" = coalesce("activity_first_dropped", ?), "execution_count" = "execution_count" + ?, "bytes_processed" = "bytes_processed" + ? where "id" = ? returning "activity_seq", "customer_id", "billable"',
+          [type, side.executions ?? 0, side.bytes ?? 0, capsuleId],
+        );
+        row = dropped[0];
+        stored = false;
+      }
+      if (!row) throw new ApiError('resource_not_found', 'capsule not found');
       const seq = num(row.activity_seq);
-      await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
+      if (stored)
+        await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
       if (side.usage) await insertUsage(em, side.usage, row.customer_id, capsuleId, num(row.billable) === 1);
       if (side.move)
         await em.nativeUpdate(
@@ -397,7 +422,7 @@ export class SqlStore implements Store {
           { id: capsuleId, status: { $in: [...side.move.from] } },
           { status: side.move.to },
         );
-      return { seq, type, at, ...fields };
+      return stored ? { seq, type, at, ...fields } : null;
     });
   }
 
@@ -409,6 +434,31 @@ export class SqlStore implements Store {
       at: r.at,
       ...(JSON.parse(r.fields) as Record<string, unknown>),
     }));
+  }
+
+  async activityPage(capsuleId: string, afterSeq: number, limit: number): Promise<ActivityEvent[]> {
+    // Raw rows: no entity hydration or identity map for what may be a very long trail.
+    const rows = await all<{ seq: unknown; type: string; at: string; fields: string }>(
+      this.em(),
+      'select "seq", "type", "at", "fields" from "activity_events" where "capsule_id" = ? and "seq" > ? order by "seq" limit ?',
+      [capsuleId, afterSeq, limit],
+    );
+    return rows.map((r) => ({
+      seq: num(r.seq),
+      type: r.type,
+      at: r.at,
+      ...(JSON.parse(r.fields) as Record<string, unknown>),
+    }));
+  }
+
+  async activityDrops(capsuleId: string): Promise<ActivityDrops> {
+    const rows = await all<{ activity_dropped: unknown; activity_first_dropped: string | null }>(
+      this.em(),
+      'select "activity_dropped", "activity_first_dropped" from "capsules" where "id" = ?',
+      [capsuleId],
+    );
+    const r = rows[0];
+    return { dropped_events: r ? num(r.activity_dropped) : 0, first_dropped_type: r?.activity_first_dropped ?? null };
   }
 
   // ---- proofs and keys
@@ -502,6 +552,7 @@ export class SqlStore implements Store {
         if (d.destroyed_at !== null) set.destroyed_at = d.destroyed_at;
         const moved = await em.nativeUpdate(CapsuleEntity, { id: d.capsule.id, status: { $in: [...d.from] } }, set);
         if (moved !== 1) throw new ApiError('resource_conflict', 'capsule already destroyed');
+        await insertOutbox(em, d.events ?? []);
         await this.run(
           'update "accounts" set "live_capsules" = "live_capsules" - 1 where "customer_id" = ? and "live_capsules" > 0',
           [d.capsule.customer_id],

@@ -13,6 +13,7 @@ import {
   type FileEntry,
   type ListedFile,
   type RunnerErrorCode,
+  type CapsuleUsage,
   type RunnerHello,
   type RunnerMethods,
   type RunnerPort,
@@ -26,6 +27,7 @@ const ERROR_CODES: ReadonlySet<string> = new Set<RunnerErrorCode>([
   'busy',
   'no_space',
   'unavailable',
+  'capacity',
   'internal',
 ]);
 
@@ -70,6 +72,9 @@ export class RunnerClient implements RunnerPort {
   }
   async list(): Promise<string[]> {
     return (await this.call('list', {})).capsules;
+  }
+  usage(capsuleId: string): Promise<CapsuleUsage> {
+    return this.call('usage', { capsule_id: capsuleId });
   }
 
   async close(): Promise<void> {

@@ -3,10 +3,11 @@
 // may pass a faster provider (shared/node/crypto-node.ts). Both must give the
 // same verdict on every vector.
 import * as ed from '@noble/ed25519';
-import { sha512 as nobleSha512 } from '@noble/hashes/sha2.js';
+import { sha256 as nobleSha256, sha512 as nobleSha512 } from '@noble/hashes/sha2.js';
 import { toBinary, toHex, utf8 } from './encoding.js';
 
-// noble's synchronous API needs its SHA-512 wired once.
+// noble's synchronous API needs its SHA-512 wired once, here and nowhere else
+// (the @noble module is shared: the last assignment would win).
 ed.hashes.sha512 = nobleSha512;
 
 /**
@@ -74,4 +75,9 @@ export function ed25519Sign(message: Uint8Array, privateKey: Uint8Array): Uint8A
 
 export function ed25519PublicKey(privateKey: Uint8Array): Uint8Array {
   return ed.getPublicKey(privateKey);
+}
+
+/** Lower-case hex SHA-256 of the UTF-8 of `text`: the legacy session form's chain (legacy.ts) only. */
+export function sha256Utf8Hex(text: string): string {
+  return toHex(nobleSha256(utf8(text)));
 }

@@ -4,6 +4,7 @@
 // statement rides in a member the view already signs.
 import type { DestructionReport, IncompleteStep, Termination, VerifyResult } from './types.js';
 import type { PresentationResult } from './presentation.js';
+import { STEPS } from './chain.js';
 
 /** Longest reason kept per step: the statement is for a human reader, not a log. */
 export const MAX_REASON_CHARS = 500;
@@ -71,6 +72,38 @@ export function readDestruction(termination: unknown): DestructionReport | 'bad'
   return { status, incomplete_steps: steps.map((s) => ({ step: s.step, reason: s.reason })) };
 }
 
+/** Reason reported for a step among 1..6 that has no component proof and is not listed. */
+export const NO_COMPONENT_PROOF = 'no component proof: the step recorded no verifiable operation';
+
+/**
+ * A signed statement read against the component proofs of an 8-step
+ * document (docs/PROOF_FORMAT.md "Destruction status", contradictions): a
+ * verifier never reports more destruction than the document shows, so every
+ * step among 1..6 without a component proof is reported incomplete, and any
+ * disagreement (such a step not listed, or a listed step that has its
+ * component proof) is flagged `contradicted`.
+ */
+export function againstComponentProofs(
+  report: DestructionReport,
+  componentKeys: ReadonlySet<string> | undefined,
+): DestructionReport {
+  const byStep = new Map((report.incomplete_steps ?? []).map((s) => [s.step, s.reason] as const));
+  let contradicted = false;
+  for (const def of STEPS) {
+    if (def.component === undefined) continue;
+    const proven = componentKeys?.has(def.component) === true;
+    if (!proven && !byStep.has(def.step)) {
+      byStep.set(def.step, NO_COMPONENT_PROOF);
+      contradicted = true;
+    } else if (proven && byStep.has(def.step)) {
+      contradicted = true;
+    }
+  }
+  if (!contradicted) return report;
+  const steps = [...byStep.entries()].sort((a, b) => a[0] - b[0]).map(([step, reason]) => ({ step, reason }));
+  return { status: 'incomplete', incomplete_steps: steps, contradicted: true };
+}
+
 /** The human verdict: "AuditProof verified", never "destruction verified". */
 export function verdictLine(r: VerifyResult | PresentationResult): string {
   if (!r.valid) {
@@ -83,6 +116,7 @@ export function verdictLine(r: VerifyResult | PresentationResult): string {
   if (d?.status === 'incomplete') {
     const steps = (d.incomplete_steps ?? []).map((s) => `step ${s.step}: ${s.reason}`).join('; ');
     parts.push(`destruction reported incomplete (${steps})`);
+    if (d.contradicted) parts.push('its destruction statement disagrees with its component proofs');
   }
   if ('checks' in r && 'chain_recomputed' in r.checks && r.checks.chain_recomputed === false) {
     parts.push('legacy session form: chain hashes taken from the document, not recomputed');

@@ -20,6 +20,10 @@ export interface RecordInput {
   /** Evidence objects for steps 1..8, index = step - 1. */
   evidence: Record<string, unknown>[];
   activity: ActivityEvent[];
+  /** The root over the whole trail when the caller folded it itself (read in pages); `activity` is then what the record carries. */
+  activity_root?: string;
+  /** false: the record carries no `activity` member (a trail too long to inline, bound by the root alone). */
+  activity_carried?: boolean;
   capsule_context?: CapsuleContext;
   termination?: Termination;
   regulatory_context?: RegulatoryContext;
@@ -30,7 +34,13 @@ export interface PartialRecordInput {
   capsule_id: string;
   created_at: string;
   reason: string;
+  /** What was measured after the loss (e.g. the runner's recovery wipe); record-only like a full record's evidence. */
+  evidence?: Record<string, unknown>[];
   activity: ActivityEvent[];
+  /** The root over the whole trail when the caller folded it itself (read in pages); `activity` is then what the record carries. */
+  activity_root?: string;
+  /** false: the record carries no `activity` member (a trail too long to inline, bound by the root alone). */
+  activity_carried?: boolean;
   capsule_context?: CapsuleContext;
   termination?: Termination;
   internal?: Record<string, unknown>;
@@ -142,7 +152,7 @@ function buildRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
     termination: input.termination && withDestruction(input.termination, input.evidence),
     regulatory_context: input.regulatory_context,
     component_proofs: componentProofs,
-    activity_root: activityRootOf(h, input.activity),
+    activity_root: input.activity_root ?? activityRootOf(h, input.activity),
     ...managedMembers(key),
   };
   return finishRecord(h, doc, key, keyId, input, input.evidence);
@@ -160,10 +170,10 @@ function buildPartialRecord(input: PartialRecordInput, key: SigningKeyMaterial):
     chain: [],
     capsule_context: input.capsule_context,
     termination: input.termination,
-    activity_root: activityRootOf(h, input.activity),
+    activity_root: input.activity_root ?? activityRootOf(h, input.activity),
     ...managedMembers(key),
   };
-  return finishRecord(h, doc, key, keyId, input, []);
+  return finishRecord(h, doc, key, keyId, input, input.evidence ?? []);
 }
 
 /** Signs the view of `doc`, then adds the record-only members (never signed directly: bound through activity_root). */
@@ -172,12 +182,12 @@ function finishRecord(
   doc: Record<string, unknown>,
   key: SigningKeyMaterial,
   keyId: string,
-  input: { activity: ActivityEvent[]; internal?: Record<string, unknown> },
+  input: { activity: ActivityEvent[]; activity_carried?: boolean; internal?: Record<string, unknown> },
   evidence: Record<string, unknown>[],
 ): AuditRecord {
   dropUndefined(doc);
   doc['canonical_hash'] = seal(h, doc, key, keyId);
-  doc['activity'] = input.activity;
+  if (input.activity_carried !== false) doc['activity'] = input.activity;
   doc['evidence'] = evidence;
   if (input.internal !== undefined) doc['internal'] = input.internal;
   return doc as unknown as AuditRecord;

@@ -46,6 +46,8 @@ export interface ParsedProof {
   signingKeyVersion: number | undefined;
   /** The signed destruction statement inside `termination` (absent in older documents). */
   destruction: DestructionReport | undefined;
+  /** Keys of `component_proofs` when it is an object (2.x capsule form). */
+  componentKeys: ReadonlySet<string> | undefined;
 }
 
 export type Stage0 = { ok: true; proof: ParsedProof } | { ok: false; failure: FailureReason };
@@ -190,6 +192,7 @@ function parseLegacy(doc: Obj): ParsedProof {
     signingAuthorityId: undefined,
     signingKeyVersion: undefined,
     destruction: undefined,
+    componentKeys: undefined,
   };
 }
 
@@ -253,6 +256,8 @@ function parseCapsule(doc: Obj, version: CdpVersion): ParsedProof {
     signingAuthorityId,
     signingKeyVersion,
     destruction,
+    componentKeys:
+      v2 && isPlainObject(doc['component_proofs']) ? new Set(Object.keys(doc['component_proofs'])) : undefined,
   };
 }
 

@@ -25,6 +25,13 @@ export { canonicalize, tryCanonicalize, JcsError } from './jcs.js';
 export { merkleRoot, merkleLeafHash, MerkleAccumulator, activityRoot } from './merkle.js';
 export { canonicalView, canonicalHash, VIEW_MEMBERS } from './canonical.js';
 export { STEPS, GENESIS_HEX, computeChain, type StepDefinition } from './chain.js';
+export {
+  emitLegacySessionProof,
+  legacySignedAt,
+  legacyChainHashes,
+  LEGACY_GENESIS_HEX,
+  type LegacySessionProof,
+} from './legacy.js';
 export { toHex, fromHex, toBase64, fromBase64 } from './encoding.js';
 export {
   signWebhook,

@@ -126,6 +126,8 @@ export interface VerifyChecks {
 export interface DestructionReport {
   status: 'complete' | 'incomplete';
   incomplete_steps?: IncompleteStep[];
+  /** Present (true) when the statement disagrees with the document's component proofs. */
+  contradicted?: true;
 }
 
 export type VerifyResult =

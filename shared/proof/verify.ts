@@ -11,6 +11,7 @@ import { canonicalHashHexOfJcs } from './canonical.js';
 import { activityRootHexOfCanonical } from './merkle.js';
 import { fromBase64, bytesEqual } from './encoding.js';
 import { parseProof, type ParsedProof } from './format.js';
+import { againstComponentProofs } from './destruction.js';
 
 export interface VerifyOptions {
   manifest?: TrustManifest;
@@ -216,7 +217,15 @@ export function verifyProof(doc: unknown, opts?: VerifyOptions): VerifyResult {
       checks: checksFor(p),
       ...(p.partial ? { completeness: 'partial' as const } : {}),
       ...(p.form === 'legacy' ? { scope: 'reduced' as const } : {}),
-      ...(p.destruction !== undefined ? { destruction: p.destruction } : {}),
+      // Read after the signature, against the component proofs (a statement changed after signing failed above).
+      ...(p.destruction !== undefined
+        ? {
+            destruction:
+              p.steps.length === STEP_COUNT && p.version !== '1.0'
+                ? againstComponentProofs(p.destruction, p.componentKeys)
+                : p.destruction,
+          }
+        : {}),
       verified_at: verifiedAt,
     };
   } catch {

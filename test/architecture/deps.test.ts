@@ -52,7 +52,9 @@ const allowed: Record<string, string[]> = {
   'sandbox-runner': ['shared'],
   'egress-proxy': ['shared'],
   'control-plane': ['shared', 'egress-proxy'],
-  cli: ['shared', 'control-plane', 'sandbox-runner', 'egress-proxy'],
+  cli: ['shared', 'control-plane', 'sandbox-runner', 'egress-proxy', 'clients'],
+  // SDKs are their own packages: they may reuse the isomorphic shared code (the proof library) only.
+  clients: ['shared'],
 };
 
 t.test('top-level folders import only downward', async (t) => {
@@ -113,7 +115,18 @@ t.test('control-plane domain has no I/O and depends on no adapter', async (t) =>
 });
 
 /** control-plane folders that do I/O (adapters); domain/ and capsulefile/ are pure, service/ only sequences. */
-const ADAPTERS = ['store', 'http', 'runner', 'egress', 'secrets', 'base-image', 'policy', 'billing', 'signing'];
+const ADAPTERS = [
+  'store',
+  'http',
+  'runner',
+  'egress',
+  'secrets',
+  'base-image',
+  'policy',
+  'billing',
+  'webhooks',
+  'signing',
+];
 
 t.test('control-plane adapters do not import each other', async (t) => {
   const adapters = ADAPTERS;

@@ -11,6 +11,7 @@ import { pino } from 'pino';
 import { loadConfig, type Config } from '../../control-plane/config.js';
 import { startControlPlane, type ControlPlane, type StartOptions } from '../../control-plane/server.js';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
+import { conformance } from '../helpers/openapi.js';
 
 /** A tap subtest. */
 export type T = Parameters<Parameters<typeof tap.test>[0]>[0];
@@ -162,6 +163,20 @@ export class Api {
     } catch {
       /* raw body */
     }
+    // Every answer a suite receives is checked against the OpenAPI document (docs/openapi.yaml).
+    const ctype = r.headers.get('content-type');
+    const problems = conformance(
+      method,
+      path,
+      r.status,
+      ctype?.startsWith('application/json') ? parsed : text,
+      ctype,
+      false,
+    );
+    const unknownPath =
+      r.status === 404 && problems.length === 1 && problems[0]!.endsWith('not in the OpenAPI document');
+    if (problems.length && !unknownPath && !['HEAD', 'OPTIONS'].includes(method.toUpperCase()))
+      throw new Error(`response does not match the OpenAPI document: ${problems.join('; ')}`);
     return { status: r.status, headers: r.headers, text, body: parsed, bytes };
   }
 

@@ -172,7 +172,7 @@ for (const driver of DRIVERS) {
       t.equal(d.cdp.cdp_version, '2.1');
       t.equal(d.cdp.chain.length, 8);
       t.same(d.capsule_context, { jurisdiction: 'EU', data_classification: 'PHI' });
-      t.same(d.cdp.termination, { trigger: 'customer_request', command_was_running: false });
+      t.same(d.cdp.termination, { trigger: 'customer_request', command_was_running: false, destruction: 'complete' });
       const v = verifyProof(d.cdp);
       t.equal(v.valid, true, `AuditRecord verifies: ${JSON.stringify(v)}`);
       t.equal(verifyProof(d.audit_proof).valid, true, 'AuditProof projection verifies');
@@ -617,7 +617,12 @@ for (const driver of DRIVERS) {
     ]);
     t.same([d1.status, d2.status].sort(), [200, 409], 'racing destroys: one proof, one conflict');
     const d = d1.status === 200 ? d1.body : d2.body;
-    t.same(d.cdp.termination, { trigger: 'customer_request', command_was_running: true, command_completed: false });
+    t.same(d.cdp.termination, {
+      trigger: 'customer_request',
+      command_was_running: true,
+      command_completed: false,
+      destruction: 'complete',
+    });
     const types = d.cdp.activity.map((e: any) => e.type);
     t.same(types.slice(0, 6), [
       'CapsuleStarted',

@@ -3,7 +3,7 @@
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
 import { startEgressProxy, type EgressEvent, type McpPolicy } from '../../egress-proxy/index.js';
-import { canonicalize as jcs } from '../../shared/proof/index.js';
+import { canonicalize as jcs, merkleLeafHash } from '../../shared/proof/index.js';
 import { eventsOf, fakeResolver, makePki, run, sha512, startUpstreams, tempDir } from './fixtures.js';
 
 const pki = makePki(['mcp.egress.test', 'api.egress.test']);
@@ -99,8 +99,13 @@ t.test('allowed tool over SSE: streaming events plus McpToolInvoked with the res
   t.match(r.body, /ran search/);
   const chunks = eventsOf(events, 'StreamingEgressChunk');
   t.equal(eventsOf(events, 'StreamingEgressStarted')[0]?.framing, 'sse');
-  t.equal(chunks.length, 3, 'one chunk per SSE event (comment, progress, response)');
-  t.equal(chunks[0]?.chunk_hash, sha512(': keep-alive comment\n\n'));
+  // Three small SSE events (comment, progress, response) share one chunk (under minSseChunkBytes): one segment.
+  t.equal(chunks.length, 1);
+  const bodyDigest = Buffer.from(sha512(r.body).slice(7), 'hex');
+  t.same(
+    chunks.map((c) => [c.first_chunk, c.chunks, c.bytes, c.segment_root]),
+    [[0, 1, Buffer.byteLength(r.body), `sha512:${Buffer.from(merkleLeafHash(bodyDigest)).toString('hex')}`]],
+  );
   const [mcp] = eventsOf(events, 'McpToolInvoked');
   const resultLine = r.body
     .split('\n')
@@ -109,7 +114,7 @@ t.test('allowed tool over SSE: streaming events plus McpToolInvoked with the res
     .find((m) => m.id === 'abc');
   t.equal(mcp?.tool_result_hash, sha512(jcs(resultLine.result)));
   t.equal(mcp?.outcome, 'success');
-  t.equal(eventsOf(events, 'StreamingEgressCompleted')[0]?.chunks, 3);
+  t.equal(eventsOf(events, 'StreamingEgressCompleted')[0]?.chunks, 1);
 });
 
 t.test('prohibited tool is rejected before forwarding with a readable JSON-RPC error, and not recorded', async (t) => {

@@ -32,6 +32,23 @@ t.test('SSE chunking: one chunk per event, independent of how TCP split the byte
   t.equal(whole.total, Buffer.byteLength(stream));
 });
 
+t.test('SSE chunking with a minimum: whole events share a chunk until it holds minChunkBytes', async (t) => {
+  const stream = 'data: a\n\ndata: b\r\n\r\ndata: c\r\rdata: dddddddddddd\n\ndata: e\n\ntail';
+  // minimum 20: "data: a\n\n" (9) + "data: b\r\n\r\n" (11) = 20 closes; then c (9) + d (20) closes; then e + tail.
+  const expected = ['data: a\n\ndata: b\r\n\r\n', 'data: c\r\rdata: dddddddddddd\n\n', 'data: e\n\ntail'];
+  for (const parts of [[stream], stream.split('')]) {
+    const chunks: ChunkDone[] = [];
+    const c = new StreamChunker({ sse: true, maxChunkBytes: 1 << 20, minChunkBytes: 20 }, (x) => chunks.push(x));
+    for (const p of parts) c.write(Buffer.from(p));
+    c.end();
+    t.same(
+      chunks.map((x) => x.digest.toString('hex')),
+      expected.map(hex),
+      `${parts.length} writes`,
+    );
+  }
+});
+
 t.test('SSE chunk longer than the bound is cut; block framing uses fixed blocks', async (t) => {
   const big = chunk(true, 4, ['data: abcdef\n\n']);
   t.same(

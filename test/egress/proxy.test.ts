@@ -371,7 +371,7 @@ t.test('streamed (chunked) response: Started, per-block Chunk hashes, Completed 
     {},
   );
   t.equal(r.code, 0);
-  const { merkleRoot } = await import('../../shared/proof/index.js');
+  const { merkleRoot, merkleLeafHash } = await import('../../shared/proof/index.js');
   const bodyBytes = Buffer.concat([Buffer.alloc(70000, 1), Buffer.alloc(10, 2)]);
   const started = eventsOf(events, 'StreamingEgressStarted');
   const chunks = eventsOf(events, 'StreamingEgressChunk');
@@ -379,11 +379,12 @@ t.test('streamed (chunked) response: Started, per-block Chunk hashes, Completed 
   t.equal(started.length, 1);
   t.equal(started[0]?.framing, 'blocks');
   const blocks = [bodyBytes.subarray(0, 65536), bodyBytes.subarray(65536)];
-  t.same(
-    chunks.map((c) => c.chunk_hash),
-    blocks.map((b) => sha512(b)),
-  );
   const digests = blocks.map((b) => Buffer.from(sha512(b).slice(7), 'hex'));
+  // Two blocks: two one-chunk segments, each root the RFC 6962 leaf hash of its block digest.
+  t.same(
+    chunks.map((c) => [c.first_chunk, c.chunks, c.bytes, c.segment_root]),
+    digests.map((d, i) => [i, 1, blocks[i]!.length, `sha512:${Buffer.from(merkleLeafHash(d)).toString('hex')}`]),
+  );
   t.equal(done?.merkle_root, `sha512:${Buffer.from(merkleRoot(digests)).toString('hex')}`);
   t.equal(done?.total_bytes, bodyBytes.length);
   const sealed = eventsOf(events, 'SealedHttpRequest')[0];

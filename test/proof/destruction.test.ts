@@ -16,7 +16,7 @@ import {
 } from '../../shared/proof/index.js';
 import { buildDestructionVectors, DESTRUCTION_VECTOR_DIR } from './destruction-vectors.js';
 import { recordInput, seededRandom } from './fixtures.js';
-import { CLI, proofVectors } from './helpers.js';
+import { CLI, proofVectors, vectorDoc } from './helpers.js';
 
 const committed = () =>
   Object.fromEntries(
@@ -87,3 +87,18 @@ t.test('the presentation projection states it too (reduced scope)', async (t) =>
     /^AuditProof verified at reduced scope; destruction reported incomplete \(step 3: ENOSPC; step 5: /,
   );
 });
+
+t.test(
+  'legacy session form with steps 1-7 zeroed: verified only at reduced scope, no chain integrity claimed',
+  async (t) => {
+    const doc = vectorDoc('valid-legacy-session.json');
+    for (let i = 0; i < 7; i++) doc.chain[i].chain_hash = 'sha256:' + '0'.repeat(64);
+    const r = verifyProof(doc);
+    t.ok(r.valid, 'only the final hash is signed in this form');
+    if (!r.valid) return;
+    t.equal(r.scope, 'reduced');
+    t.equal(r.checks.chain_integrity, false, 'a chain that was not recomputed is not claimed intact');
+    t.equal(r.checks.chain_recomputed, false);
+    t.match(verdictLine(r), /^AuditProof verified at reduced scope; legacy session form/);
+  },
+);

@@ -72,8 +72,9 @@ if (spawnSync('sh', ['-c', 'command -v qemu-system-x86_64']).status !== 0) {
     const start = s('start');
     t.equal(start['host']?.['cgroup_mode'], 'v2', 'the runner reports cgroup v2');
     t.equal(start['host']?.['swap_active'], false);
-    // It shared its cgroup with its parent: both moved into the supervisor leaf so the service cgroup can delegate.
-    t.equal(start['runner_cgroup'], '0::/system.slice/capsule.service/capsule-supervisor');
+    // It shared its cgroup with its parent: both moved into the supervisor leaf so the service cgroup can
+    // delegate; then the runner moved on into its own bounded leaf of its subtree (runner_memory_mb).
+    t.match(start['runner_cgroup'], /^0::\/system\.slice\/capsule\.service\/capsule-test-[0-9a-f]+\/\.runner$/);
     t.equal(start['driver_cgroup'], '0::/system.slice/capsule.service/capsule-supervisor');
 
     const lim = s('limits');

@@ -70,6 +70,21 @@ t.test('recovery after SIGKILL of the runner', async (t) => {
   t.equal(la.wipe?.readback_verified, true);
   t.ok((la.wipe?.bytes_overwritten ?? 0) >= 100000);
   t.match(la.recovered_at, /\.\d{6}Z$/);
+  // The recovery evidence the control plane carries into the partial proof.
+  // bwrap --die-with-parent took the sandbox down with the runner: recovery finds nothing left to kill.
+  t.equal(la.recovery?.processes_killed, 0, 'processes found at recovery, as measured');
+  t.match(la.recovery, {
+    cgroup_empty: true,
+    cgroup_removed: true,
+    tmpfs_was_mounted: true,
+    tmpfs_unmounted: true,
+    egress: null,
+    state_removed: true,
+  });
+  t.same(la.recovery?.wipe, la.wipe, 'the wipe report is the one measured');
+  const le = hello.lost.find((l) => l.capsule_id === 'lost-e')!;
+  t.same(le.recovery?.egress, { relay_stopped: true, netns_removed: true, proxy_socket_removed: true });
+  t.notOk(existsSync(join(proxyDir, 'p.sock')), 'the egress proxy socket file was removed');
   t.same(liveProcsNow(a.host_uid), [], 'the orphaned command was killed');
   t.same(await second.client.list(), [], 'lost capsules are not live');
   t.notOk(readFileSync('/proc/self/mountinfo', 'utf8').includes(join(stateDir, 'capsules')), 'tmpfs unmounted');

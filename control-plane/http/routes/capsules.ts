@@ -7,7 +7,7 @@ import { caller, type AppDeps, type Ctx } from '../context.js';
 import { auth, idempotent, json } from '../middleware.js';
 import { paging } from '../paging.js';
 import { queryParam } from '../query.js';
-import { attachment, capsuleCreated, capsuleStatus, contentTypeFor, execView, fileView } from './views.js';
+import { attachment, capsuleCreated, capsuleStatus, contentTypeFor, execView, fileView, storageView } from './views.js';
 
 const CURSOR_RE = /^[0-9TZ:.-]{20,40}\|[a-z]+_[0-9a-f]{1,64}$/;
 /** Where a Capsulefile entrypoint starts: its files, read-only (docs/CAPSULEFILE.md). */
@@ -43,7 +43,9 @@ export function capsuleRoutes(d: AppDeps): Router {
   });
 
   r.get('/v1/capsules/:id', a, async (ctx: Ctx) => {
-    ctx.body = capsuleStatus(await s.capsules.owned(caller(ctx), ctx.params.id ?? ''));
+    const c = await s.capsules.owned(caller(ctx), ctx.params.id ?? '');
+    const usage = await s.capsules.usage(c);
+    ctx.body = { ...capsuleStatus(c), ...(usage ? { storage: storageView(usage) } : {}) };
   });
 
   r.post('/v1/capsules/:id/exec', a, async (ctx: Ctx) => {

@@ -6,6 +6,7 @@ import { contactSchema, parseBody, parseJsonObject, signupSchema } from '../../d
 import { ByteBudget, readJsonBytes } from '../body.js';
 import type { AppDeps, Ctx } from '../context.js';
 import { errorDocPages } from '../error-docs.js';
+import { openapiDocument } from '../openapi.js';
 import { ipLimit, json } from '../middleware.js';
 import { queryParam } from '../query.js';
 
@@ -96,20 +97,43 @@ export function publicRoutes(d: AppDeps): Router {
     ctx.body = { status: 'healthy', version: d.options.version, timestamp: d.clock.nowIso() };
   });
 
+  const openapi = openapiDocument(d.options.version);
+  r.get('/v1/openapi.json', health, async (ctx: Ctx) => {
+    ctx.body = openapi;
+  });
+
   r.get('/v1/health/ready', health, async (ctx: Ctx) => {
     const checks = { database: 'ok', runner: 'ok' };
     await within(d.store.ping(), 2000).catch(() => {
       checks.database = 'unavailable';
     });
-    await within(d.runner.list(), 2000).catch(() => {
+    // The runner's hello carries what the node can still admit (memory committed to capsules).
+    const hello = await within(d.runner.hello(), 2000).catch(() => {
       checks.runner = 'unavailable';
+      return null;
     });
     if (checks.database !== 'ok' || checks.runner !== 'ok') {
       throw new ApiError('service_unavailable', `not ready: database ${checks.database}, runner ${checks.runner}`, {
         extra: { retry_after: 5 },
       });
     }
-    ctx.body = { status: 'ready', checks, timestamp: d.clock.nowIso() };
+    const c = hello?.capacity;
+    ctx.body = {
+      status: 'ready',
+      checks,
+      ...(c
+        ? {
+            capacity: {
+              memory_mb: c.memory_mb,
+              committed_mb: c.committed_mb,
+              free_mb: c.free_mb,
+              capsules: c.capsules,
+              max_capsules: c.max_capsules,
+            },
+          }
+        : {}),
+      timestamp: d.clock.nowIso(),
+    };
   });
 
   // Where every envelope's doc_url points: HTML, or JSON on request.

@@ -1,7 +1,7 @@
 // Wire views of domain records (SPEC field lists).
 import type { Capsule } from '../../domain/index.js';
 import { DEFINITION_FIELDS, type Capsulefile, type CapsulefileFileEntry } from '../../capsulefile/index.js';
-import type { ExecResult, FileEntry, ListedFile } from '../../../shared/runner-protocol.js';
+import type { CapsuleUsage, ExecResult, FileEntry, ListedFile } from '../../../shared/runner-protocol.js';
 
 export function capsuleCreated(c: Capsule): Record<string, unknown> {
   return {
@@ -29,6 +29,20 @@ export function capsuleStatus(c: Capsule): Record<string, unknown> {
     data_classification: c.data_classification,
     capsulefile_id: c.capsulefile_id,
     ...(c.destroyed_at ? { destroyed_at: c.destroyed_at } : {}),
+  };
+}
+
+/**
+ * A live capsule's storage: its tmpfs, sized from memory_mb (three quarters
+ * of it, at most the operator's tmpfs bound); its files count against its
+ * memory limit too (docs/SECURITY.md, layer 5).
+ */
+export function storageView(u: CapsuleUsage): Record<string, unknown> {
+  return {
+    used_bytes: u.storage_used_bytes,
+    limit_bytes: u.storage_limit_bytes,
+    memory_used_bytes: u.memory_used_bytes,
+    memory_limit_bytes: u.memory_limit_bytes,
   };
 }
 

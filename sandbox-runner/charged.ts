@@ -1,0 +1,198 @@
+// Customer bytes the runner writes into a capsule's tmpfs (uploads, exec
+// input, Capsulefile app files) are charged to the capsule's memory cgroup,
+// not the runner's: tmpfs pages are charged to the cgroup of the process
+// that first touches them (Documentation/admin-guide/cgroup-v2.rst, "Memory
+// Ownership"), so the runner opens each file itself (the O_NOFOLLOW and type
+// checks below) and hands the descriptors to a short-lived writer process
+// that first joins the capsule's writer leaf (a child of its memory cgroup,
+// see cgroup.ts) and copies the bytes from a pipe with dd. One writer per
+// capsule is started ahead of time, like the exec wrapper.
+//
+// A full tmpfs gives ENOSPC (no_space); a capsule whose memory is full gets
+// its writer OOM-killed (also no_space); the runner's own memory is never
+// charged and the runner is never the OOM victim.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { webcrypto } from 'node:crypto';
+import { closeSync, constants, fchownSync, fstatSync, ftruncateSync, openSync, unlinkSync } from 'node:fs';
+import { join } from 'node:path';
+import { RunnerError, type FileEntry } from '../shared/runner-protocol.js';
+
+const HOST_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
+const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+const RO = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/**
+ * Joins the writer cgroup ($1), then reads one header line naming where each
+ * file goes and its size (`/proc/<runner pid>/fd/<fd>:<bytes> ...`: the very
+ * descriptor the runner opened and checked, reopened through its magic link,
+ * never a path in the capsule's tmpfs), then copies exactly that many bytes
+ * of stdin into each. dash's `read` takes the header byte by byte, so the
+ * file bytes that follow it on the pipe are left for dd. Being started ahead
+ * of time (prepareWriter), the cgroup join (several ms on cgroup v1) is off
+ * the upload's path.
+ */
+const WRITER_SCRIPT =
+  'echo $$ > "$1" || exit 125; read -r header || exit 125; for spec in $header; do ' +
+  'dd iflag=fullblock,count_bytes bs=65536 count="${spec##*:}" of="${spec%:*}" conv=notrunc status=none || exit $?; ' +
+  'done';
+
+/** A writer process started ahead of an upload, already in the capsule's writer leaf (or on its way there). */
+export interface PreparedWriter {
+  child: ChildProcess;
+  alive: boolean;
+  stderr: string;
+  done: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** Starts a writer that joins writerProcs and waits for its header on stdin. */
+export function prepareWriter(writerProcs: string): PreparedWriter {
+  const child = spawn('/bin/sh', ['-c', WRITER_SCRIPT, 'capsule-write', writerProcs], {
+    stdio: ['pipe', 'ignore', 'pipe'],
+    env: { PATH: HOST_PATH, LC_ALL: 'C' },
+  });
+  const w: PreparedWriter = {
+    child,
+    alive: true,
+    stderr: '',
+    done: new Promise((resolve) => {
+      child.on('error', () => resolve({ code: null, signal: null }));
+      child.on('close', (code, signal) => resolve({ code, signal }));
+    }),
+  };
+  child.on('exit', () => {
+    w.alive = false;
+  });
+  child.on('error', (e) => {
+    w.alive = false;
+    w.stderr += e.message;
+  });
+  child.stderr!.on('data', (b: Buffer) => {
+    if (w.stderr.length < 4096) w.stderr += b.toString('utf8');
+  });
+  child.stdin!.on('error', () => undefined); // EPIPE when the writer died early: its status says why
+  return w;
+}
+
+/** Kills a writer that was not used and waits for it, so that it cannot join the cgroup after a sweep. */
+export async function dropWriter(w: PreparedWriter | null): Promise<void> {
+  if (!w || !w.alive) return;
+  w.child.kill('SIGKILL');
+  await Promise.race([w.done, new Promise((r) => setTimeout(r, 2000))]);
+}
+
+export interface ChargedFile {
+  dir: string;
+  name: string;
+  bytes: Uint8Array;
+  /** Names the field in errors (filename, input_filename, app_files.filename). */
+  field: string;
+  /** Compute the entry's SHA-512 (exec input needs none). */
+  hash: boolean;
+}
+
+function errnoToRunner(e: unknown, field: string): RunnerError {
+  const code = (e as NodeJS.ErrnoException).code;
+  if (code === 'ENOSPC') return new RunnerError('no_space', 'capsule tmpfs is full');
+  if (code === 'ELOOP') return new RunnerError('invalid', `${field}: is a symbolic link; refused`);
+  if (code === 'ENOENT') return new RunnerError('not_found', `${field}: no such file`);
+  if (code === 'ENXIO' || code === 'EISDIR' || code === 'EACCES' || code === 'EPERM')
+    return new RunnerError('invalid', `${field}: not a regular file; refused`);
+  return new RunnerError('internal', `${field}: ${code ?? 'I/O error'}`);
+}
+
+/** Opens dir/name for writing as a regular file (never through a link, FIFO or device) and empties it. */
+function openRegularForWrite(path: string, field: string): number {
+  let fd: number;
+  try {
+    fd = openSync(path, WRITE_FLAGS, 0o644);
+  } catch (e) {
+    throw errnoToRunner(e, field);
+  }
+  try {
+    if (!fstatSync(fd).isFile())
+      throw new RunnerError('invalid', `${field}: exists and is not a regular file; refused`);
+    // Truncate only after the type check (O_TRUNC on open would touch whatever it is).
+    ftruncateSync(fd, 0);
+  } catch (e) {
+    closeSync(fd);
+    throw e instanceof RunnerError ? e : errnoToRunner(e, field);
+  }
+  return fd;
+}
+
+/** Removes a half-written file: only a regular file, never what a link points to. */
+function removePartial(path: string): void {
+  try {
+    const fd = openSync(path, RO);
+    const isFile = fstatSync(fd).isFile();
+    closeSync(fd);
+    if (isFile) unlinkSync(path);
+  } catch {
+    /* nothing to remove */
+  }
+}
+
+async function runWriter(
+  writerProcs: string,
+  prepared: PreparedWriter | null,
+  fds: number[],
+  chunks: Uint8Array[],
+): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
+  const w = prepared && prepared.alive ? prepared : prepareWriter(writerProcs);
+  const header = fds.map((fd, i) => `/proc/${process.pid}/fd/${fd}:${chunks[i]!.byteLength}`).join(' ');
+  w.child.stdin!.write(`${header}\n`);
+  for (const c of chunks) if (c.byteLength > 0) w.child.stdin!.write(c);
+  w.child.stdin!.end();
+  const r = await w.done;
+  return { ...r, stderr: w.stderr };
+}
+
+/**
+ * Writes each file as a new regular file owned by uid, its pages charged to
+ * the capsule (writerProcs: the cgroup.procs file of its writer leaf).
+ * All or nothing: on failure every file this call created or emptied is removed.
+ */
+export async function writeCharged(
+  writerProcs: string,
+  uid: number,
+  files: ChargedFile[],
+  prepared: PreparedWriter | null = null,
+): Promise<FileEntry[]> {
+  const opened: { path: string; fd: number }[] = [];
+  let complete = false;
+  try {
+    for (const f of files) {
+      const path = join(f.dir, f.name);
+      opened.push({ path, fd: openRegularForWrite(path, f.field) });
+    }
+    const r = await runWriter(
+      writerProcs,
+      prepared,
+      opened.map((o) => o.fd),
+      files.map((f) => f.bytes),
+    );
+    if (r.code !== 0) {
+      if (/No space left on device/.test(r.stderr)) throw new RunnerError('no_space', 'capsule tmpfs is full');
+      if (r.signal === 'SIGKILL')
+        // The capsule's memory cgroup (its processes plus its files) is full: the kernel OOM-killed the writer.
+        throw new RunnerError('no_space', 'capsule memory is full (its files count against its memory limit)');
+      throw new RunnerError(
+        'internal',
+        `write into capsule failed (${r.code ?? r.signal}): ${r.stderr.trim().slice(0, 200)}`,
+      );
+    }
+    for (const o of opened) fchownSync(o.fd, uid, uid);
+    complete = true;
+  } finally {
+    for (const o of opened) closeSync(o.fd);
+    if (!complete) for (const o of opened) removePartial(o.path);
+  }
+  return Promise.all(
+    files.map(async (f) => ({
+      filename: f.name,
+      size_bytes: f.bytes.byteLength,
+      // WebCrypto digests on the libuv thread pool: 100 MiB never holds the serving thread.
+      sha512: f.hash ? `sha512:${Buffer.from(await webcrypto.subtle.digest('SHA-512', f.bytes)).toString('hex')}` : '',
+    })),
+  );
+}
