@@ -17,6 +17,8 @@ export interface Item {
 export interface Verdict {
   label: string;
   result: VerifyResult;
+  /** A verified managed-authority proof: its authority and key version, and whether a trust manifest resolved them. */
+  authority?: { signing_authority_id: string; signing_key_version: number; key_resolved: boolean };
 }
 export type LineOutcome = { verdicts: Verdict[] } | { error: string };
 
@@ -50,7 +52,18 @@ export function itemsOf(value: unknown, label: string): Item[] {
 export function verifyItems(items: Item[], s: VerifySettings): Verdict[] {
   return items.map((it) => {
     const manifest = s.manifest ?? it.vectorManifest;
-    return { label: it.label, result: verifyProof(it.doc, { crypto: s.crypto, ...(manifest ? { manifest } : {}) }) };
+    const result = verifyProof(it.doc, { crypto: s.crypto, ...(manifest ? { manifest } : {}) });
+    const d = isObject(it.doc) ? it.doc : {};
+    const authority =
+      result.valid && typeof d['signing_authority_id'] === 'string' && Number.isInteger(d['signing_key_version'])
+        ? {
+            signing_authority_id: d['signing_authority_id'],
+            signing_key_version: d['signing_key_version'] as number,
+            // Stage 6 ran only with a manifest; a valid verdict then means the key resolved.
+            key_resolved: manifest !== undefined,
+          }
+        : undefined;
+    return { label: it.label, result, ...(authority ? { authority } : {}) };
   });
 }
 

@@ -1,4 +1,4 @@
-// `capsule verify [--json] [--trust-manifest FILE] FILE...|-`
+// `capsule verify [--json] [--trust-manifest FILE|URL] FILE...|-`
 // Verifies proofs offline: one proof per file, a JSON-lines file of proofs,
 // a destroy response or stored-proof record (its `cdp` and `audit_proof`),
 // or a golden test vector. Exit 0 all verified, 1 any not verified, 2 usage
@@ -16,13 +16,13 @@ import {
 } from './verify-input.js';
 import { verifyLines } from './verify-pool.js';
 
-const USAGE = `usage: capsule verify [--json] [--trust-manifest FILE] FILE...|-
-  Verifies AuditProof documents offline (no network). FILE may hold one proof,
+const USAGE = `usage: capsule verify [--json] [--trust-manifest FILE|URL] FILE...|-
+  Verifies AuditProof documents offline (no network unless the manifest is a URL). FILE may hold one proof,
   JSON lines of proofs, a destroy response or stored-proof record (its cdp and
   audit_proof are verified), or a test vector {document, expect[, manifest]}
   (its own manifest is used unless --trust-manifest is given). "-" reads stdin.
   --json                 print one result object per line (the POST /v1/verify members)
-  --trust-manifest FILE  resolve managed-authority keys against this manifest (stage 6)
+  --trust-manifest FILE|URL  resolve managed-authority keys against this manifest (stage 6)
   Exit: 0 all verified, 1 any not verified, 2 usage or unreadable input.
   A valid result means the AuditProof is verified (integrity of the document and
   its signature); it does not by itself prove that destruction happened on the host.
@@ -46,7 +46,7 @@ function parseArgs(argv: string[]): Args | string {
     if (a === '--json') args.json = true;
     else if (a === '--trust-manifest' || a.startsWith('--trust-manifest=')) {
       const v = a === '--trust-manifest' ? argv[++i] : a.slice('--trust-manifest='.length);
-      if (v === undefined || v === '') return '--trust-manifest needs a FILE';
+      if (v === undefined || v === '') return '--trust-manifest needs a FILE or URL';
       if (args.manifestPath !== undefined) return '--trust-manifest given twice';
       args.manifestPath = v;
     } else if (a === '--') {
@@ -156,17 +156,51 @@ async function verifyInput(path: string, manifest: TrustManifest | undefined): P
 
 function describe(v: Verdict): string {
   const r: VerifyResult = v.result;
-  if (r.valid) return `${v.label}: ${verdictLine(r)} (${r.checks.step_count} steps, ${r.checks.algorithm})`;
+  if (r.valid) {
+    const a = v.authority;
+    const by = a
+      ? `, authority ${a.signing_authority_id} v${a.signing_key_version}${a.key_resolved ? ' resolved' : ' not resolved (no --trust-manifest)'}`
+      : '';
+    return `${v.label}: ${verdictLine(r)} (${r.checks.step_count} steps, ${r.checks.algorithm}${by})`;
+  }
   const stage = STAGE_NAMES[r.stage_reached] ?? 'unknown';
   return `${v.label}: AuditProof NOT verified: stage ${r.stage_reached} (${stage}) failed: ${r.failure_reason.type}/${r.failure_reason.reason}`;
 }
 
-function loadManifest(path: string): TrustManifest {
+/** Bound of a trust manifest fetched over http(s). */
+const MANIFEST_MAX_BYTES = 1024 * 1024;
+
+/** Fetches a trust manifest URL (http or https), bounded in size and time. */
+async function fetchManifestText(url: string): Promise<string> {
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(15_000), redirect: 'follow' });
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).name;
+    throw new InputError(`trust manifest ${url}: cannot fetch (${cause})`);
+  }
+  if (!res.ok) throw new InputError(`trust manifest ${url}: HTTP ${res.status}`);
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for await (const c of res.body ?? []) {
+    total += (c as Uint8Array).length;
+    if (total > MANIFEST_MAX_BYTES) throw new InputError(`trust manifest ${url}: larger than 1 MiB`);
+    chunks.push(c as Uint8Array);
+  }
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(chunks));
+  } catch {
+    throw new InputError(`trust manifest ${url}: not UTF-8 text`);
+  }
+}
+
+async function loadManifest(path: string): Promise<TrustManifest> {
+  const isUrl = /^https?:\/\//i.test(path);
   let value: unknown;
   try {
-    value = JSON.parse(readText(path));
+    value = JSON.parse(isUrl ? await fetchManifestText(path) : readText(path));
   } catch (err) {
-    if (err instanceof InputError) throw new InputError(`trust manifest ${err.message}`);
+    if (err instanceof InputError) throw isUrl ? err : new InputError(`trust manifest ${err.message}`);
     throw new InputError(`trust manifest ${path}: not valid JSON (${jsonErrorReason(err)})`);
   }
   const m = validateManifest(value);
@@ -195,7 +229,7 @@ export async function main(argv: string[]): Promise<number> {
     }
   };
   try {
-    const manifest = args.manifestPath !== undefined ? loadManifest(args.manifestPath) : undefined;
+    const manifest = args.manifestPath !== undefined ? await loadManifest(args.manifestPath) : undefined;
     for (const file of args.files) {
       let outcomes: LineOutcome[];
       try {
@@ -220,7 +254,7 @@ export async function main(argv: string[]): Promise<number> {
             failedCount++;
             if (exit === 0) exit = 1;
           }
-          out.push(args.json ? JSON.stringify(v.result) : describe(v));
+          out.push(args.json ? JSON.stringify({ ...v.result, ...(v.authority ?? {}) }) : describe(v));
           if (out.length >= 1000) flush();
         }
       }

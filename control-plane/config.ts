@@ -67,7 +67,39 @@ export interface Config {
   /** Price table of the usage estimate (CAPSULE_PRICES_FILE, default policies/prices.yaml). */
   prices: PriceTable;
   stripe: StripeConfig;
+  /** Managed signing authority (CAPSULE_SIGNING_AUTHORITY_ID + CAPSULE_SIGNING_KEY_FILES); null = ephemeral keys. */
+  signing: SigningConfig | null;
   webhooks: WebhookConfig;
+}
+
+/** A managed signing authority: its id and the key file of each version (PKCS#8 PEM Ed25519). */
+export interface SigningConfig {
+  authorityId: string;
+  /** Ascending by version; the highest version whose file is present signs. */
+  keyFiles: { version: number; path: string }[];
+}
+
+const AUTHORITY_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+function signingConfig(env: NodeJS.ProcessEnv): SigningConfig | null {
+  const id = env['CAPSULE_SIGNING_AUTHORITY_ID'] ?? '';
+  const files = env['CAPSULE_SIGNING_KEY_FILES'] ?? '';
+  if (id === '' && files === '') return null;
+  if (id === '') throw new ConfigError('CAPSULE_SIGNING_AUTHORITY_ID: required with CAPSULE_SIGNING_KEY_FILES');
+  if (files === '') throw new ConfigError('CAPSULE_SIGNING_KEY_FILES: required with CAPSULE_SIGNING_AUTHORITY_ID');
+  if (!AUTHORITY_ID.test(id))
+    throw new ConfigError('CAPSULE_SIGNING_AUTHORITY_ID: lowercase letters, digits and "-", at most 63');
+  const keyFiles: { version: number; path: string }[] = [];
+  for (const part of files.split(',')) {
+    const m = /^(\d{1,9}):(.+)$/.exec(part.trim());
+    const version = m ? Number(m[1]) : 0;
+    if (!m || version < 1) throw new ConfigError('CAPSULE_SIGNING_KEY_FILES: <version>:<path>[,...] with version >= 1');
+    if (keyFiles.some((k) => k.version === version))
+      throw new ConfigError(`CAPSULE_SIGNING_KEY_FILES: version ${version} given twice`);
+    keyFiles.push({ version, path: resolve(m[2]!) });
+  }
+  keyFiles.sort((a, b) => a.version - b.version);
+  return { authorityId: id, keyFiles };
 }
 
 /** Webhook delivery (docs/WEBHOOKS.md). */
@@ -498,6 +530,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     procSwaps,
     prices: loadPrices(env.CAPSULE_PRICES_FILE ?? policy('prices.yaml')),
     stripe: stripeConfig(env),
+    signing: signingConfig(env),
     webhooks: webhookConfig(env),
   };
 }

@@ -1,5 +1,6 @@
 // Starts the control plane on a given runner: store (migrations applied),
 // recovery against the runner, sweeper, HTTP listener. Returns a handle.
+import { FileSigner } from './signing/index.js';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
@@ -115,6 +116,8 @@ export async function startControlPlane(
     successUrl: config.stripe.successUrl ?? '',
     cancelUrl: config.stripe.cancelUrl ?? '',
   };
+  // Managed signing authority (docs/CONTROL_PLANE.md "Signing authority"); null = ephemeral keys.
+  const signer = config.signing ? new FileSigner(config.signing, () => clock.nowIso()) : null;
   const deps = {
     store,
     keys,
@@ -146,6 +149,7 @@ export async function startControlPlane(
     region: config.region,
     maxActivityEvents: config.maxActivityEvents,
     log: logger,
+    signer,
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };
   const services = buildServices(deps, config.sweepIntervalMs);
@@ -212,6 +216,7 @@ export async function startControlPlane(
       await new Promise<void>((res) => server.close(() => res()));
       await store.close();
       secrets.destroy();
+      signer?.close();
     },
   };
 }

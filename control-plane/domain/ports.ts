@@ -453,3 +453,35 @@ export interface BillingStore {
     change: TierChange | null,
   ): Promise<'applied' | 'duplicate' | 'ignored'>;
 }
+
+/** The managed authority's current key, handed to one signing call (its private bytes zeroized after). */
+export interface ManagedSigningKey {
+  signing_authority_id: string;
+  signing_key_version: number;
+  key_id: string;
+  publicKey: Uint8Array;
+  privateKey: Uint8Array;
+}
+
+/** One public key entry of the trust manifest (raw base64 public key). */
+export interface TrustManifest {
+  authorities: {
+    signing_authority_id: string;
+    keys: { signing_key_version: number; public_key: string }[];
+  }[];
+}
+
+/** A managed signing authority; private keys never leave it except for the duration of `withKey`. */
+export interface SignerPort {
+  /**
+   * Runs `f` with a copy of the current (highest available) key, zeroized when `f` returns;
+   * null when the key is unavailable (file missing or unparsable).
+   */
+  withKey<T>(f: (key: ManagedSigningKey) => T): T | null;
+  /** The public key record of an authority key id, or null. */
+  keyRecord(keyId: string): KeyRecord | null;
+  /** This install's authority and every version whose public key it has read. */
+  manifest(): TrustManifest;
+  /** Zeroizes every private key held. */
+  close(): void;
+}

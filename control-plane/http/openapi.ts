@@ -144,6 +144,16 @@ export const OPERATIONS: Operation[] = [
   },
   {
     method: 'get',
+    path: '/v1/trust-manifest',
+    operationId: 'getTrustManifest',
+    summary: "This install's signing authorities and key versions (none when it signs with ephemeral keys)",
+    tag: 'proofs',
+    auth: false,
+    responses: { 200: 'TrustManifest' },
+    errors: [429],
+  },
+  {
+    method: 'get',
     path: '/v1/health',
     operationId: 'health',
     summary: 'Liveness',

@@ -137,6 +137,15 @@ export const KeyRecord = obj({
   signing_key_version: z.number().int(),
 });
 
+export const TrustManifest = obj({
+  authorities: z.array(
+    obj({
+      signing_authority_id: z.string(),
+      keys: z.array(obj({ signing_key_version: z.number().int().min(1), public_key: z.string() })),
+    }),
+  ),
+});
+
 const limits = anyObject.describe('tier limits');
 export const Signup = obj({
   api_key: z.string(),

@@ -13,6 +13,7 @@ import type {
   PurchasableTier,
   Random,
   SecretBox,
+  SignerPort,
   Store,
   Tier,
   TierTable,
@@ -86,6 +87,8 @@ export interface Deps {
   /** Cap of one capsule's activity trail (default 10,000): past it events are counted as dropped, not stored. */
   maxActivityEvents?: number;
   log: Log;
+  /** Managed signing authority; absent = a fresh ephemeral key per proof. */
+  signer?: SignerPort | null;
   /** Hash/verify provider for proof verification (default: the library's isomorphic one). */
   proofCrypto?: CryptoProvider;
 }

@@ -13,6 +13,7 @@ import {
   type AuditRecord,
   type CapsuleContext,
   type EphemeralKey,
+  type SigningKeyMaterial,
   type Termination,
 } from '../../shared/proof/index.js';
 import { RunnerError, type DestroyResult, type LostCapsule } from '../../shared/runner-protocol.js';
@@ -47,8 +48,6 @@ function capsuleContext(c: Capsule): CapsuleContext {
   };
 }
 
-const b64 = (b: Uint8Array): string => Buffer.from(b).toString('base64');
-
 export class DestructionService {
   constructor(
     private readonly d: Deps,
@@ -76,6 +75,8 @@ export class DestructionService {
     if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id)) {
       throw new ApiError('resource_conflict', 'capsule already destroyed');
     }
+    // Until proofs can be signed later, a destroy without a usable key is refused before the wipe (no proof lost).
+    if (this.d.signer && this.d.signer.withKey(() => true) === null) throw keyUnavailable();
     this.live.destroying.add(c.id);
     try {
       const commandRunning = this.live.isRunning(c.id);
@@ -118,11 +119,8 @@ export class DestructionService {
       };
       const notDone = new Set(incompleteSteps(evidence).map((s) => s.step));
       const regulatory = regulatoryContext(this.d.regulatory, c.jurisdiction, notDone);
-      const key = generateEphemeralKey(this.d.random);
-      const publicKey = b64(key.publicKey);
-      let record: AuditRecord;
-      try {
-        record = emitRecord(
+      const record = this.sign((key) =>
+        emitRecord(
           {
             capsule_id: c.id,
             created_at: c.created_at,
@@ -134,11 +132,9 @@ export class DestructionService {
             regulatory_context: regulatory,
             internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
           },
-          { mode: 'ephemeral', key },
-        );
-      } finally {
-        zeroize(key);
-      }
+          key,
+        ),
+      );
       const snapshot = await this.d.store.getCapsule(c.id);
       const response: Record<string, unknown> = {
         capsule_id: c.id,
@@ -176,7 +172,7 @@ export class DestructionService {
           partial: false,
           created_at: this.d.clock.nowIso(),
         },
-        key: this.keyRecord(record.attestation.key_id, publicKey),
+        key: this.keyRecordOf(record),
         usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
       });
       this.egress.forget(c.id);
@@ -220,11 +216,8 @@ export class DestructionService {
     // A command was in flight when the state was lost if the capsule was left `executing`
     // or the trail holds an ExecutionStarted that never completed.
     const wasRunning = c.status === 'executing' || trail.open_executions > 0;
-    const key = generateEphemeralKey(this.d.random);
-    const publicKey = b64(key.publicKey);
-    let record: AuditRecord;
-    try {
-      record = emitPartialRecord(
+    const record = this.sign((key) =>
+      emitPartialRecord(
         {
           capsule_id: c.id,
           created_at: c.created_at,
@@ -239,11 +232,9 @@ export class DestructionService {
           },
           internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
         },
-        { mode: 'ephemeral', key },
-      );
-    } finally {
-      zeroize(key);
-    }
+        key,
+      ),
+    );
     const proofId = newId('prf_', this.d.random);
     await this.d.store.recordDestruction({
       capsule: c,
@@ -268,11 +259,40 @@ export class DestructionService {
         partial: true,
         created_at: this.d.clock.nowIso(),
       },
-      key: record.attestation ? this.keyRecord(record.attestation.key_id, publicKey) : null,
+      key: this.keyRecordOf(record),
       usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
     });
     this.d.webhooks.kick?.();
     this.d.log.warn({ capsule_id: c.id, reason }, 'capsule expired unclean');
+  }
+
+  /**
+   * Signs with the managed authority's current key when one is configured, else a fresh
+   * ephemeral key (zeroized after). A managed key that is unavailable answers 503.
+   */
+  private sign(emit: (key: SigningKeyMaterial) => AuditRecord): AuditRecord {
+    const signer = this.d.signer;
+    if (!signer) {
+      const key = generateEphemeralKey(this.d.random);
+      try {
+        return emit({ mode: 'ephemeral', key });
+      } finally {
+        zeroize(key);
+      }
+    }
+    const record = signer.withKey((k) => emit({ mode: 'managed', ...k }));
+    if (record === null) {
+      this.d.log.error({}, 'managed signing key unavailable');
+      throw keyUnavailable();
+    }
+    return record;
+  }
+
+  /** Ephemeral keys are registered per proof; managed keys are answered by the signer. */
+  private keyRecordOf(record: AuditRecord): KeyRecord | null {
+    const att = record.attestation;
+    if (!att || record.signing_authority_id !== undefined) return null;
+    return this.keyRecord(att.key_id, att.public_key.replace(/^base64:/, ''));
   }
 
   /**
@@ -331,6 +351,12 @@ export class DestructionService {
       signing_key_version: 1,
     };
   }
+}
+
+function keyUnavailable(): ApiError {
+  return new ApiError('service_unavailable', 'the signing key is unavailable; retry later', {
+    extra: { retry_after: 30, degradation_mode: 'signing_key_unavailable' },
+  });
 }
 
 /** The emitter's trail members: inline events when the trail is within the bound, the folded root always. */

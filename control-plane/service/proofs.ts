@@ -7,7 +7,7 @@ import {
   type AuditRecord,
   type VerifyResult,
 } from '../../shared/proof/index.js';
-import type { Caller, KeyRecord, StoredProof } from '../domain/index.js';
+import type { Caller, KeyRecord, StoredProof, TrustManifest } from '../domain/index.js';
 import type { Deps } from './deps.js';
 import { verifyHostedRequest, withSummary, type HostedResult } from './hosted-verify.js';
 import { VerifyPool } from './verify-pool.js';
@@ -95,7 +95,14 @@ export class ProofService {
     await this.pool.close();
   }
 
+  /** This install's trust manifest: its authority and key versions; no authority when ephemeral. */
+  trustManifest(): TrustManifest {
+    return this.d.signer?.manifest() ?? { authorities: [] };
+  }
+
   async key(keyId: string): Promise<KeyRecord> {
+    const managed = keyId.length <= 128 ? (this.d.signer?.keyRecord(keyId) ?? null) : null;
+    if (managed) return managed;
     const k = keyId.length <= 128 ? await this.d.store.getKey(keyId) : null;
     if (!k) throw new ApiError('resource_not_found', 'key not found');
     return k;

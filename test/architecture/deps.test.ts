@@ -115,7 +115,18 @@ t.test('control-plane domain has no I/O and depends on no adapter', async (t) =>
 });
 
 /** control-plane folders that do I/O (adapters); domain/ and capsulefile/ are pure, service/ only sequences. */
-const ADAPTERS = ['store', 'http', 'runner', 'egress', 'secrets', 'base-image', 'policy', 'billing', 'webhooks'];
+const ADAPTERS = [
+  'store',
+  'http',
+  'runner',
+  'egress',
+  'secrets',
+  'base-image',
+  'policy',
+  'billing',
+  'webhooks',
+  'signing',
+];
 
 t.test('control-plane adapters do not import each other', async (t) => {
   const adapters = ADAPTERS;

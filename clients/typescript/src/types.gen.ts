@@ -646,6 +646,19 @@ export type SignupRequest = {
   jurisdiction: "US" | "EU" | "UK" | "CA" | "AU" | "IN" | "OTHER";
 };
 
+export type TrustManifest = {
+  authorities: Array<{
+    signing_authority_id: string;
+    keys: Array<{
+      signing_key_version: number;
+      public_key: string;
+      [member: string]: unknown;
+    }>;
+    [member: string]: unknown;
+  }>;
+  [member: string]: unknown;
+};
+
 export type UploadResult = {
   capsule_id: string;
   filename: string;

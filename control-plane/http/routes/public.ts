@@ -84,6 +84,11 @@ export function publicRoutes(d: AppDeps): Router {
     ctx.body = await s.proofs.publicProof(ctx.params.id ?? '', format === 'presentation');
   });
 
+  // Public: the authorities and key versions this install signs with, for offline key resolution.
+  r.get('/v1/trust-manifest', ipLimit(d, 'keys', PUBLIC_LIMITS.keys), async (ctx: Ctx) => {
+    ctx.body = s.proofs.trustManifest();
+  });
+
   r.get('/v1/keys/:id', ipLimit(d, 'keys', PUBLIC_LIMITS.keys), async (ctx: Ctx) => {
     ctx.body = await s.proofs.key(ctx.params.id ?? '');
   });
