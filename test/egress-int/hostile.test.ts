@@ -24,7 +24,7 @@ import { runInNewContext } from 'node:vm';
 
 // A full collection on demand, to measure live memory rather than garbage.
 setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
+const collectGarbage = runInNewContext('gc') as () => void;
 
 type Ev = { seq: number; type: string; at: string; [k: string]: any };
 
@@ -351,7 +351,7 @@ t.test('hostile capsules against sealed egress', async (t) => {
     // (RSS also counts freed pages not yet returned; without the collection,
     // garbage from the drained, refused bodies would count as held).
     const held = () => {
-      gc();
+      collectGarbage();
       const m = process.memoryUsage();
       return m.heapUsed + m.arrayBuffers;
     };
