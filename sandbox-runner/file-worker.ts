@@ -5,13 +5,12 @@ import { readlinkSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { parentPort } from 'node:worker_threads';
 import { RunnerError } from '../shared/runner-protocol.js';
-import { listRegular, readRegular, writeFileInto } from './files.js';
+import { listRegular, readRegular } from './files.js';
 import { wipeAndZeroize, type WipeOptions } from './wipe.js';
 
 export type FileJob =
   | { kind: 'list'; dir: string; hashBudget: number }
   | { kind: 'read'; dir: string; name: string; maxBytes: number }
-  | { kind: 'write'; dir: string; name: string; bytes: Uint8Array; uid: number }
   | { kind: 'wipe'; root: string; key: Uint8Array; opts: WipeOptions };
 
 export interface JobMessage {
@@ -37,14 +36,6 @@ function run(job: FileJob): { result: unknown; transfer: ArrayBuffer[] } {
       copy.set(r.bytes);
       r.bytes.fill(0);
       return { result: { entry: r.entry, bytes: copy }, transfer: [copy.buffer] };
-    }
-    case 'write': {
-      const bytes = Buffer.from(job.bytes.buffer, job.bytes.byteOffset, job.bytes.byteLength);
-      try {
-        return { result: writeFileInto(job.dir, job.name, bytes, job.uid), transfer: [] };
-      } finally {
-        bytes.fill(0); // the customer's bytes never outlive the call, in this thread either
-      }
     }
     case 'wipe': {
       const key = Buffer.from(job.key.buffer, job.key.byteOffset, job.key.byteLength);

@@ -6,18 +6,7 @@
 // capsule cannot swap), and every open is O_NOFOLLOW|O_NONBLOCK followed by
 // an fstat check: a symlink, FIFO or device is never followed, read or written.
 import { createHash } from 'node:crypto';
-import {
-  closeSync,
-  constants,
-  fchownSync,
-  fstatSync,
-  ftruncateSync,
-  openSync,
-  readdirSync,
-  readSync,
-  unlinkSync,
-  writeSync,
-} from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readdirSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 import { RunnerError, type FileEntry, type ListedFile } from '../shared/runner-protocol.js';
 
@@ -45,59 +34,6 @@ function errnoToRunner(e: unknown, field: string): RunnerError {
   if (code === 'ENXIO' || code === 'EISDIR' || code === 'EACCES' || code === 'EPERM')
     return new RunnerError('invalid', `${field}: not a regular file; refused`);
   return new RunnerError('internal', `${field}: ${code ?? 'I/O error'}`);
-}
-
-/**
- * Writes bytes to dir/name as a new regular file owned by uid, replacing a
- * previous regular file of that name. Returns its entry.
- */
-export function writeFileInto(
-  dir: string,
-  name: string,
-  bytes: Uint8Array,
-  uid: number,
-  field = 'filename',
-  hash = true,
-): FileEntry {
-  const path = join(dir, name);
-  let fd: number;
-  try {
-    fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o644);
-  } catch (e) {
-    throw errnoToRunner(e, field);
-  }
-  let complete = false;
-  try {
-    if (!fstatSync(fd).isFile())
-      throw new RunnerError('invalid', `${field}: exists and is not a regular file; refused`);
-    // Truncate only after the type check (O_TRUNC on open would touch whatever it is).
-    ftruncateSync(fd, 0);
-    let off = 0;
-    while (off < bytes.byteLength) off += writeSync(fd, bytes, off, bytes.byteLength - off, off);
-    fchownSync(fd, uid, uid);
-    complete = true;
-  } catch (e) {
-    throw e instanceof RunnerError ? e : errnoToRunner(e, field);
-  } finally {
-    closeSync(fd);
-    if (!complete) {
-      try {
-        // Never leave half-written state; only unlink what we created as a regular file.
-        const fd2 = openSync(path, RO);
-        const isFile = fstatSync(fd2).isFile();
-        closeSync(fd2);
-        if (isFile) unlinkSync(path);
-      } catch {
-        /* nothing to remove */
-      }
-    }
-  }
-  // Exec input needs no entry: skip hashing it (SHA-512 costs ~4 ms per MB here).
-  return {
-    filename: name,
-    size_bytes: bytes.byteLength,
-    sha512: hash ? `sha512:${createHash('sha512').update(bytes).digest('hex')}` : '',
-  };
 }
 
 interface OpenedRegular {

@@ -113,17 +113,6 @@ export class FileWorkers {
     return { entry: r.entry, bytes: Buffer.from(r.bytes.buffer, r.bytes.byteOffset, r.bytes.byteLength) };
   }
 
-  /** Writes bytes as dir/name (see files.ts writeFileInto) in a worker, from a copy moved there and zeroed after. */
-  async write(key: string, dir: string, name: string, bytes: Buffer, uid: number): Promise<FileEntry> {
-    const moved = new Uint8Array(bytes.byteLength);
-    moved.set(bytes);
-    try {
-      return (await this.submit(key, { kind: 'write', dir, name, bytes: moved, uid }, [moved.buffer])) as FileEntry;
-    } finally {
-      if (moved.byteLength > 0) moved.fill(0); // length 0 once moved (detached); zeroed if the post never happened
-    }
-  }
-
   /**
    * Wipes root in a worker. The key is copied into a buffer moved to the
    * worker (which zeroizes it after use), then key is zeroized here and read
