@@ -1,9 +1,11 @@
 // Test harness: a fresh database per test (unique SQLite file, or a uniquely
 // named PostgreSQL database created and dropped here), a control plane on
 // port 0, and a small HTTP client. Both drivers run every suite.
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import type tap from 'tap';
@@ -202,4 +204,42 @@ export function envelope(t: T, r: Res, status: number, code: string): Record<str
   t.equal(e.request_id, r.headers.get('x-svc-request-id'), 'request_id equals X-Svc-Request-Id');
   t.notMatch(r.text, /\n\s+at /, 'no stack trace');
   return e;
+}
+
+const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
+
+export interface ServeProcess {
+  child: ChildProcess;
+  api: Api;
+  stderr: () => string;
+  stdout: () => string;
+}
+
+/** `capsule serve` as an operator runs it (its own runner), on port 0; resolves once it listens. */
+export async function serveProcess(env: NodeJS.ProcessEnv, dataDir: string): Promise<ServeProcess> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--data-dir', dataDir], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let err = '';
+  let out = '';
+  child.stderr!.on('data', (b: Buffer) => {
+    err += b.toString();
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`serve not ready: ${err}`)), 60_000);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`serve exited ${code}: ${err}`));
+    });
+    child.stdout!.on('data', (b: Buffer) => {
+      out += b.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m?.[1]) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+  });
+  return { child, api: new Api(url), stderr: () => err, stdout: () => out };
 }

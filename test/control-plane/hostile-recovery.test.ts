@@ -7,19 +7,15 @@
 //   a child `capsule serve` with bounded memory (VmHWM from /proc) and a
 //   bounded response, while another tenant keeps getting answers.
 import t from 'tap';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { activityRoot, verifyProof } from '../../shared/proof/index.js';
 import { RunnerClient } from '../../shared/node/runner-client.js';
 import { isoMicros } from '../../shared/time.js';
 import { removeStateDir, reserveUidBlock, startRunner } from '../helpers/runner.js';
-import { Api, dbQuery, freshDb, start, testMasterKeyFile } from './harness.js';
-
-const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
+import { dbQuery, freshDb, start, testMasterKeyFile, serveProcess } from './harness.js';
 
 t.test('sqlite: a poisoned capsule in recovery does not stop start-up and ends expired_unclean', async (t) => {
   const runner = await startRunner();
@@ -72,31 +68,6 @@ t.test('sqlite: a poisoned capsule in recovery does not stop start-up and ends e
   t.equal(again.status, 201, 'the poisoned tenant got its live slot back');
 });
 
-async function serve(env: NodeJS.ProcessEnv, dataDir: string): Promise<{ child: ChildProcess; api: Api }> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--data-dir', dataDir], {
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let err = '';
-  child.stderr!.on('data', (b: Buffer) => {
-    err += b.toString();
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`serve not ready: ${err}`)), 60_000);
-    child.once('exit', (code) => reject(new Error(`serve exited ${code}: ${err}`)));
-    child.stdout!.on('data', (b: Buffer) => {
-      out += b.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m?.[1]) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    });
-  });
-  return { child, api: new Api(url) };
-}
-
 /** A /proc/<pid>/status figure in bytes (VmRSS, VmHWM). */
 function procKb(pid: number, field: string): number {
   const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
@@ -126,7 +97,7 @@ t.test('sqlite: a 300,000-event trail destroys with bounded memory while another
     CAPSULE_RUNNER_UID_COUNT: String(uids.count),
     CAPSULE_RUNNER_CGROUP_NAME: `capsule-trailtest-${randomBytes(6).toString('hex')}`,
   };
-  const { child, api } = await serve(env, dataDir);
+  const { child, api } = await serveProcess(env, dataDir);
   t.teardown(async () => {
     child.kill('SIGTERM');
     if (child.exitCode === null && child.signalCode === null) await new Promise((r) => child.once('exit', r));

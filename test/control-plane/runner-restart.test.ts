@@ -5,48 +5,13 @@
 // evidence. When serve itself dies by SIGKILL, its runner goes with it and
 // leaves no capsule mounted. SQLite and PostgreSQL.
 import t from 'tap';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { verifyProof } from '../../shared/proof/index.js';
 import { removeStateDir, reserveUidBlock } from '../helpers/runner.js';
-import { Api, DRIVERS, freshDb, testMasterKeyFile } from './harness.js';
-
-const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
-
-async function serve(
-  env: NodeJS.ProcessEnv,
-  dataDir: string,
-): Promise<{ child: ChildProcess; api: Api; stderr: () => string }> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--data-dir', dataDir], {
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let err = '';
-  child.stderr!.on('data', (b: Buffer) => {
-    err += b.toString();
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`serve not ready: ${err}`)), 60_000);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`serve exited ${code}: ${err}`));
-    });
-    child.stdout!.on('data', (b: Buffer) => {
-      out += b.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m?.[1]) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    });
-  });
-  return { child, api: new Api(url), stderr: () => err };
-}
+import { DRIVERS, freshDb, testMasterKeyFile, serveProcess, type ServeProcess } from './harness.js';
 
 const alive = (pid: number): boolean => {
   try {
@@ -71,7 +36,7 @@ for (const driver of DRIVERS) {
     const dataDir = mkdtempSync(join(tmpdir(), 'cp-restart-'));
     const uids = reserveUidBlock(64);
     const runnerDir = join('/run/capsule-runner', createHash('sha256').update(dataDir).digest('hex').slice(0, 16));
-    let s: Awaited<ReturnType<typeof serve>> | null = null;
+    let s: ServeProcess | null = null;
     t.teardown(async () => {
       if (s && s.child.exitCode === null && s.child.signalCode === null) {
         s.child.kill('SIGTERM');
@@ -92,7 +57,7 @@ for (const driver of DRIVERS) {
       CAPSULE_RUNNER_UID_COUNT: String(uids.count),
       CAPSULE_RUNNER_CGROUP_NAME: `capsule-rstest-${randomBytes(6).toString('hex')}`,
     };
-    s = await serve(env, dataDir);
+    s = await serveProcess(env, dataDir);
     const { api } = s;
     t.equal((await api.req('GET', '/v1/health/ready')).status, 200);
     const u = await api.signup();

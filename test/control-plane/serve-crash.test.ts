@@ -2,7 +2,7 @@
 // with SIGKILL mid-session: the restart marks the capsules expired_unclean
 // with signed partial proofs and loses no stored proof. SQLite and PostgreSQL.
 import t from 'tap';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,44 +10,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { verifyProof } from '../../shared/proof/index.js';
 import { removeStateDir, reserveUidBlock } from '../helpers/runner.js';
-import { Api, DRIVERS, envelope, freshDb, testMasterKeyFile } from './harness.js';
+import { DRIVERS, envelope, freshDb, testMasterKeyFile, serveProcess } from './harness.js';
 
 const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
-
-async function serve(
-  env: NodeJS.ProcessEnv,
-  dataDir: string,
-): Promise<{ child: ChildProcess; api: Api; stderr: () => string; stdout: () => string }> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--data-dir', dataDir], {
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let err = '';
-  let all = '';
-  child.stderr!.on('data', (b: Buffer) => {
-    err += b.toString();
-  });
-  child.stdout!.on('data', (b: Buffer) => {
-    all += b.toString();
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`serve not ready: ${err}`)), 60_000);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`serve exited ${code}: ${err}`));
-    });
-    child.stdout!.on('data', (b: Buffer) => {
-      out += b.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m?.[1]) {
-        clearTimeout(timer);
-        resolve(m[1]);
-      }
-    });
-  });
-  return { child, api: new Api(url), stderr: () => err, stdout: () => all };
-}
 
 const exited = (c: ChildProcess): Promise<void> =>
   new Promise((r) => {
@@ -78,7 +43,7 @@ for (const driver of DRIVERS) {
       CAPSULE_RUNNER_CGROUP_NAME: `capsule-cptest-${randomBytes(6).toString('hex')}`,
     };
 
-    const first = await serve(env, dataDir);
+    const first = await serveProcess(env, dataDir);
     const { api } = first;
     t.equal((await api.req('GET', '/v1/health/ready')).status, 200, 'ready with its own runner');
     const u = await api.signup();
@@ -120,7 +85,7 @@ for (const driver of DRIVERS) {
     await exited(first.child);
     await running;
 
-    const second = await serve(env, dataDir);
+    const second = await serveProcess(env, dataDir);
     t.teardown(async () => {
       second.child.kill('SIGTERM');
       await exited(second.child);
