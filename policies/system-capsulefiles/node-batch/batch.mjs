@@ -8,7 +8,7 @@
 // result and the run goes on. Byte-for-byte the same results as
 // ../python3-batch/batch.py. Usage: batch.mjs [INPUT [OUTPUT]]
 import { createHash } from 'node:crypto';
-import { createReadStream, createWriteStream, mkdirSync, rmSync } from 'node:fs';
+import { createReadStream, createWriteStream, mkdirSync, openSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { once } from 'node:events';
 
@@ -113,7 +113,9 @@ async function main(argv) {
   // an I/O failure the half-written file is removed: whole or not at all.
   try {
     mkdirSync(dirname(dst), { recursive: true });
-    const out = createWriteStream(dst, { highWaterMark: 1 << 16 });
+    // Opened synchronously: an async open could create the file after the
+    // failure path below removed it, leaving an empty output behind.
+    const out = createWriteStream(dst, { fd: openSync(dst, 'w'), highWaterMark: 1 << 16 });
     const failed = new Promise((_, reject) => out.once('error', reject));
     failed.catch(() => undefined);
     let pending = '';
