@@ -84,7 +84,7 @@ export function verifyLine(line: string, label: string, s: VerifySettings): Line
   return { verdicts: verifyItems(itemsOf(value, label), s) };
 }
 
-/** Trust manifest shape of CONTRACT section 8; a string names the first problem. */
+/** Trust manifest shape of docs/PROOF_FORMAT.md "Managed signing authority"; a string names the first problem. */
 export function validateManifest(v: unknown): TrustManifest | string {
   if (!isObject(v)) return 'trust manifest must be a JSON object';
   const auths = v['authorities'];

@@ -120,7 +120,7 @@ export type SpecialKind = 'loopback' | 'link_local' | 'metadata' | 'unspecified'
 const cidr = (t: string): Cidr => parseCidr(t) as Cidr;
 
 /**
- * Ranges refused unless a rule names them (SPEC egress model; issue 5).
+ * Ranges refused unless a rule names them (SPEC egress model; docs/EGRESS.md).
  * Metadata comes first so that 169.254.169.254 reports as metadata, not link-local.
  */
 export const SPECIAL_RANGES: readonly { kind: SpecialKind; range: Cidr; why: string }[] = [

@@ -1,4 +1,4 @@
-// Public surface of the sealed egress proxy (issue 5). Other folders import
+// Public surface of the sealed egress proxy. Other folders import
 // only from here.
 export { startEgressProxy } from './proxy.js';
 export type { EgressProxy } from './proxy.js';

@@ -58,7 +58,7 @@ export const DEFAULT_LIMITS: EgressLimits = {
 };
 
 export interface EgressClock {
-  /** RFC 3339 UTC, six fraction digits (CONTRACT.md section 1). */
+  /** RFC 3339 UTC, six fraction digits (docs/PROOF_FORMAT.md "Encodings"). */
   nowIso(): string;
   /** Monotonic milliseconds, for durations. */
   monoMs(): number;

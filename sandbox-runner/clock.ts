@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { nowIsoMicros } from '../shared/time.js';
 
 export interface Clock {
-  /** RFC 3339 UTC with exactly six fraction digits (CONTRACT §1). */
+  /** RFC 3339 UTC with exactly six fraction digits (docs/PROOF_FORMAT.md "Encodings"). */
   iso(): string;
   monotonicMs(): number;
 }

@@ -1,4 +1,4 @@
-// CONTRACT §8 step evidence as the runner measured it (index = step - 1).
+// Step evidence (docs/PROOF_FORMAT.md "The chain") as the runner measured it (index = step - 1).
 // Every member states an observation or a measurement; where something was
 // not observed the evidence says so instead of claiming it.
 import type { HostFacts, StepEvidence, WipeReport } from '../shared/runner-protocol.js';
@@ -55,7 +55,7 @@ function namespaceStep(m: DestroyMeasurements): StepEvidence {
   const required: NsName[] = ['user', 'mnt', 'pid', 'uts', 'net', 'ipc'];
   return {
     method: 'procfs_verification',
-    // `performed` (CONTRACT §8 component_proofs): the step measured something, not that it found what it wanted.
+    // `performed` (docs/PROOF_FORMAT.md component_proofs rule): the step measured something, not that it found what it wanted.
     performed: obs.length > 0,
     source: '/proc/<sandbox pid>/ns/* compared with the runner host namespaces',
     execs: m.execCount,

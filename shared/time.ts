@@ -1,4 +1,4 @@
-// The one timestamp form the service emits (CONTRACT §1): RFC 3339 UTC with
+// The one timestamp form the service emits (docs/PROOF_FORMAT.md "Encodings"): RFC 3339 UTC with
 // exactly six fraction digits and `Z`, e.g. 2026-11-21T22:05:00.123456Z.
 // Isomorphic: no Node imports.
 

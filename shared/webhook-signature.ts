@@ -1,4 +1,4 @@
-// Webhook delivery signature (CONTRACT section 8):
+// Webhook delivery signature (docs/WEBHOOKS.md "Verifying the signature"):
 //   Svc-Webhook-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(signing_secret, t + "." + raw body)>
 // The secret is used as the UTF-8 bytes of the whole `whsec_...` string.
 // Isomorphic (@noble/hashes), so receivers in browsers or workers can check it too.

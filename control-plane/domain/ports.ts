@@ -24,7 +24,7 @@ import type { OutboxEvent } from './webhooks.js';
 export interface Clock {
   /** Milliseconds since the epoch. */
   nowMs(): number;
-  /** RFC 3339 UTC with exactly six fraction digits (CONTRACT 1). */
+  /** RFC 3339 UTC with exactly six fraction digits (docs/PROOF_FORMAT.md "Encodings"). */
   nowIso(): string;
 }
 

@@ -38,7 +38,7 @@ const TIMESTAMP_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
 export type DestroyTrigger = 'customer_request' | 'ttl_expired';
 
 function capsuleContext(c: Capsule): CapsuleContext {
-  // CONTRACT 8: a pinned capsule's Capsulefile id and content hash are signed through the view.
+  // docs/PROOF_FORMAT.md "The document": a pinned capsule's Capsulefile id and content hash are signed through the view.
   return {
     jurisdiction: c.jurisdiction,
     data_classification: c.data_classification,

@@ -1,4 +1,4 @@
-// Canonical view and canonical_hash (CONTRACT section 3): for each fixed
+// Canonical view and canonical_hash (docs/PROOF_FORMAT.md "Canonical view"): for each fixed
 // member present in the document, its value unchanged, plus `attestation`
 // reduced to algorithm, public_key and key_id. Nothing else (not
 // canonical_hash, activity, evidence or internal) enters the view, so the

@@ -1,4 +1,4 @@
-// The frozen 8-step destruction chain (SPEC "Hash chain rule", CONTRACT section 2):
+// The frozen 8-step destruction chain (SPEC "Hash chain rule", docs/PROOF_FORMAT.md "The chain"):
 // chain_hash[n] = SHA-512(prev || 0x00 || subsystem || 0x00 || "destroy" || 0x00 || method || 0x00 || destroyed_at)
 import { hasher, type CryptoProvider, type Hasher } from './crypto.js';
 

@@ -1,5 +1,5 @@
 // Signing keys: ephemeral Ed25519 keypairs (fresh per proof, randomness
-// injected) and the key_id naming rule of CONTRACT section 8.
+// injected) and the key_id naming rule of docs/PROOF_FORMAT.md "Managed signing authority".
 import { ed25519PublicKey } from './crypto.js';
 
 export interface EphemeralKey {

@@ -1,4 +1,4 @@
-// RFC 6962 Merkle Tree Hash with SHA-512 in place of SHA-256 (CONTRACT section 5):
+// RFC 6962 Merkle Tree Hash with SHA-512 in place of SHA-256 (docs/PROOF_FORMAT.md "Activity root"):
 // leaf = H(0x00 || d), node = H(0x01 || left || right), split at the largest
 // power of two below n, empty tree = H(""). Used for the activity root and by
 // the runner and egress proxy over data chunks.

@@ -1,4 +1,4 @@
-// Proof document types (SPEC "AuditProof document", CONTRACT.md). Types only.
+// Proof document types (SPEC "AuditProof document", docs/PROOF_FORMAT.md). Types only.
 
 export type Hash = `sha512:${string}`;
 
@@ -142,7 +142,7 @@ export type VerifyResult =
     }
   | { valid: false; stage_reached: number; failure_reason: FailureReason; verified_at: string };
 
-/** Trust manifest for the offline CLI (CONTRACT.md section 8). */
+/** Trust manifest for the offline CLI (docs/PROOF_FORMAT.md "Managed signing authority"). */
 export interface TrustManifest {
   authorities: { signing_authority_id: string; keys: { signing_key_version: number; public_key: string }[] }[];
 }

@@ -1,4 +1,4 @@
-// The verifier: CONTRACT section 7 stages, in order, with the closed failure
+// The verifier: the stages of docs/PROOF_FORMAT.md "Verification stages", in order, with the closed failure
 // enum. `stage_reached` is the stage that failed.
 //   0 parse and version   1 step count   2 chain   3 final hash
 //   4 canonical hash and activity root   5 signature

@@ -241,7 +241,7 @@ for (const driver of DRIVERS) {
       envelope(t, await api.req('GET', `/v1/sessions/${id}`, { key: bob.key }), 404, 'resource_not_found');
       const del = await api.req('DELETE', `/v1/sessions/${id}`, { key: alice.key });
       const legacyKey = del.body.cdp.attestation.key_id;
-      t.match(legacyKey, KEY_ID, `legacy key id ${legacyKey} has the CONTRACT section 8 form`);
+      t.match(legacyKey, KEY_ID, `legacy key id ${legacyKey} has the docs/PROOF_FORMAT.md key id form`);
       const full = (await api.req('GET', `/v1/proofs/${id}`, { key: alice.key })).body.cdp;
       t.match(full.attestation.key_id, KEY_ID);
       t.not(legacyKey, full.attestation.key_id, 'two keys, two names');

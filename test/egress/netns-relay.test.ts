@@ -1,4 +1,4 @@
-// The capsule-side design of MACHINE.md, exercised for real: a network
+// The capsule-side design of docs/EGRESS.md, exercised for real: a network
 // namespace with loopback only, a socat relay on 127.0.0.1:3128 inside it
 // forwarding to the proxy's Unix socket. From inside: the allowed host works
 // through the proxy; a direct connection, DNS and UDP all fail.

@@ -418,7 +418,7 @@ t.test('the Unix socket listener serves the same proxy (what the capsule relay c
 });
 
 t.test(
-  'every recorded event is trail-ready: a type, a CONTRACT timestamp, JCS-encodable, no seq (the recorder assigns it)',
+  'every recorded event is trail-ready: a type, a docs/PROOF_FORMAT.md timestamp, JCS-encodable, no seq (the recorder assigns it)',
   async (t) => {
     t.ok(allEvents.length > 20);
     for (const e of allEvents) {

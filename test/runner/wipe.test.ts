@@ -32,7 +32,7 @@ function readAll(fd: number, size: number): Buffer {
   return b;
 }
 
-/** Independent RFC 6962 / SHA-512 root (CONTRACT §5) over the given leaf data. */
+/** Independent RFC 6962 / SHA-512 root (docs/PROOF_FORMAT.md "Activity root") over the given leaf data. */
 function mth(leaves: Buffer[]): Buffer {
   const h = (...p: Buffer[]): Buffer => p.reduce((x, b) => x.update(b), createHash('sha512')).digest();
   if (leaves.length === 0) return h();

@@ -1,4 +1,4 @@
-// Authenticated Capsulefile routes (SPEC "Capsulefiles", issue 4).
+// Authenticated Capsulefile routes (SPEC "Capsulefiles", docs/CAPSULEFILE.md).
 import Router from '@koa/router';
 import { ApiError, invalid } from '../../../shared/errors.js';
 import { limits } from '../../capsulefile/index.js';
