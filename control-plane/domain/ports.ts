@@ -12,6 +12,7 @@ import type {
   IdempotentResponse,
   KeyRecord,
   Limits,
+  PendingProof,
   StoredProof,
   Tier,
   UsageEntry,
@@ -55,10 +56,12 @@ export interface Destruction {
   from: readonly CapsuleStatus[];
   status: CapsuleStatus;
   destroyed_at: string | null;
-  proof: StoredProof;
+  /** The signed proof; null when the signing key is unavailable and `pending` holds the unsigned input. */
+  proof: StoredProof | null;
+  pending?: PendingProof;
   key: KeyRecord | null;
-  /** The proof's usage item, written in the same transaction (billable as the capsule). */
-  usage: UsageEntry;
+  /** The proof's usage item, written with the proof (billable as the capsule); null with `pending`. */
+  usage: UsageEntry | null;
   /** Webhook events of the destruction, written to the outbox in the same transaction. */
   events?: OutboxEvent[];
 }
@@ -190,6 +193,16 @@ export interface Store {
    * and give back its live slot. The proof is durable before any answer.
    */
   recordDestruction(d: Destruction): Promise<void>;
+  /** The capsule's proof awaiting its signature (signed or not), or null. */
+  getPendingProof(capsuleId: string): Promise<PendingProof | null>;
+  /** Unsigned pending proofs, oldest first. */
+  unsignedProofs(limit: number): Promise<PendingProof[]>;
+  /**
+   * Phase 2: stores the signed proof with its usage, proof count and events,
+   * and marks the pending row signed, in one transaction; false (nothing
+   * written) when another process signed it first.
+   */
+  completePendingProof(p: PendingProof, proof: StoredProof, usage: UsageEntry, events: OutboxEvent[]): Promise<boolean>;
 
   insertContact(c: ContactMessage): Promise<void>;
 

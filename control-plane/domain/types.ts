@@ -139,6 +139,27 @@ export interface StoredProof {
   created_at: string;
 }
 
+/**
+ * A destruction whose wipe is done and stored but whose proof waits for the
+ * managed signing key (phase 1 of two-phase signing, docs/CONTROL_PLANE.md
+ * "Signing authority"). Phase 2 signs `input` as it is: nothing in it changes.
+ */
+export interface PendingProof {
+  capsule_id: string;
+  customer_id: string;
+  /** Assigned at phase 1, so the capsule's webhook event already names it. */
+  proof_id: string;
+  partial: boolean;
+  billable: boolean;
+  /** The emitter's input, timestamps included, fixed when the wipe finished. */
+  input: Record<string, unknown>;
+  /** The destroy response without `cdp` and `audit_proof`; null for a partial proof. */
+  response: Record<string, unknown> | null;
+  created_at: string;
+  /** Set once, by whichever process stored the signed proof. */
+  signed_at: string | null;
+}
+
 export interface KeyRecord {
   key_id: string;
   algorithm: 'Ed25519';

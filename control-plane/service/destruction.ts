@@ -1,7 +1,10 @@
 // The destruction chain: runner wipe evidence -> step 7 (activity trail seal)
-// -> DestructionInitiated last in the trail -> sign with a fresh ephemeral key
-// (registered, then zeroized) -> store the proof -> answer. Also the partial
-// proof for capsules lost on a restart.
+// -> DestructionInitiated last in the trail -> sign (a fresh ephemeral key,
+// registered then zeroized, or the managed authority's key) -> store the
+// proof -> answer. Also the partial proof for capsules lost on a restart.
+// Two-phase signing: when the managed key is unavailable the wipe still
+// completes and the unsigned input is stored with the status move (phase 1);
+// signPending signs it, unchanged, once the key is back (phase 2).
 import { ApiError } from '../../shared/errors.js';
 import {
   emitPartialRecord,
@@ -13,12 +16,14 @@ import {
   type AuditRecord,
   type CapsuleContext,
   type EphemeralKey,
+  type PartialRecordInput,
+  type RecordInput,
   type SigningKeyMaterial,
   type Termination,
 } from '../../shared/proof/index.js';
 import { RunnerError, type DestroyResult, type LostCapsule } from '../../shared/runner-protocol.js';
 import { ACTIVITY_PAGE, foldTrail, inlineBound, recordTruncation, type FoldedTrail } from './activity.js';
-import type { Capsule, CapsuleStatus, KeyRecord, OutboxEvent } from '../domain/index.js';
+import type { Capsule, CapsuleStatus, Destruction, KeyRecord, OutboxEvent } from '../domain/index.js';
 import { LIVE_STATUSES } from '../domain/index.js';
 import type { LiveState } from './capsules.js';
 import type { Deps } from './deps.js';
@@ -70,13 +75,28 @@ export class DestructionService {
     };
   }
 
-  /** Destroys a live capsule and returns the destroy response (already stored). */
+  /**
+   * DELETE: destroys a live capsule and returns the destroy response (already
+   * stored). While its proof waits for the signing key, this and every repeat
+   * answer 503 `signing_key_unavailable`; once signed, a repeat gets the stored response.
+   */
   async destroy(c: Capsule, trigger: DestroyTrigger): Promise<Record<string, unknown>> {
+    if (!LIVE_STATUSES.includes(c.status) && !this.live.destroying.has(c.id)) {
+      const pending = await this.d.store.getPendingProof(c.id);
+      if (pending?.signed_at === null) throw signingKeyUnavailable();
+      const stored = pending ? await this.d.store.getProofByCapsule(c.id) : null;
+      if (stored?.response) return stored.response;
+    }
+    const response = await this.destroyOrBuffer(c, trigger);
+    if (response === null) throw signingKeyUnavailable();
+    return response;
+  }
+
+  /** The destroy itself; null when the wipe is done and stored but the proof waits for the signing key. */
+  async destroyOrBuffer(c: Capsule, trigger: DestroyTrigger): Promise<Record<string, unknown> | null> {
     if (!LIVE_STATUSES.includes(c.status) || this.live.destroying.has(c.id)) {
       throw new ApiError('resource_conflict', 'capsule already destroyed');
     }
-    // Until proofs can be signed later, a destroy without a usable key is refused before the wipe (no proof lost).
-    if (this.d.signer && this.d.signer.withKey(() => true) === null) throw keyUnavailable();
     this.live.destroying.add(c.id);
     try {
       const commandRunning = this.live.isRunning(c.id);
@@ -119,42 +139,37 @@ export class DestructionService {
       };
       const notDone = new Set(incompleteSteps(evidence).map((s) => s.step));
       const regulatory = regulatoryContext(this.d.regulatory, c.jurisdiction, notDone);
-      const record = this.sign((key) =>
-        emitRecord(
-          {
-            capsule_id: c.id,
-            created_at: c.created_at,
-            destroyed_at: destroyedAt,
-            evidence,
-            ...trailInput(trail),
-            capsule_context: capsuleContext(c),
-            termination,
-            regulatory_context: regulatory,
-            internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
-          },
-          key,
-        ),
-      );
+      const input: RecordInput = {
+        capsule_id: c.id,
+        created_at: c.created_at,
+        destroyed_at: destroyedAt,
+        evidence,
+        ...trailInput(trail),
+        capsule_context: capsuleContext(c),
+        termination,
+        regulatory_context: regulatory,
+        internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
+      };
       const snapshot = await this.d.store.getCapsule(c.id);
-      const response: Record<string, unknown> = {
+      const base: Record<string, unknown> = {
         capsule_id: c.id,
         status,
         destroyed_at: destroyedAt,
         total_executions: snapshot?.execution_count ?? c.execution_count,
         total_bytes_processed: snapshot?.bytes_processed ?? c.bytes_processed,
-        cdp: record,
-        audit_proof: toAuditProof(record),
         regulatory_context: regulatory,
         capsule_context: capsuleContext(c),
       };
       const proofId = newId('prf_', this.d.random);
+      const record = this.trySign((key) => emitRecord(input, key));
+      const response = record ? withProof(base, record) : null;
       await this.d.store.recordDestruction({
         capsule: c,
         from: LIVE_STATUSES,
         status,
         destroyed_at: destroyedAt,
         events: [
-          this.cdpGenerated(c, proofId, record as unknown as Record<string, unknown>),
+          ...(record ? [this.cdpGenerated(c, proofId, record)] : []),
           newEvent(this.d, c.customer_id, status === 'expired' ? 'capsule.expired' : 'capsule.destroyed', {
             capsule_id: c.id,
             status,
@@ -163,21 +178,11 @@ export class DestructionService {
             proof_id: proofId,
           }),
         ],
-        proof: {
-          proof_id: proofId,
-          capsule_id: c.id,
-          customer_id: c.customer_id,
-          record: record as unknown as Record<string, unknown>,
-          response,
-          partial: false,
-          created_at: this.d.clock.nowIso(),
-        },
-        key: this.keyRecordOf(record),
-        usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
+        ...this.proofOrPending(c, proofId, false, input, record, response, base),
       });
       this.egress.forget(c.id);
       this.d.webhooks.kick?.();
-      this.d.log.info({ capsule_id: c.id, trigger }, 'capsule destroyed');
+      this.d.log.info({ capsule_id: c.id, trigger, proof_buffered: record === null }, 'capsule destroyed');
       return response;
     } finally {
       this.live.destroying.delete(c.id);
@@ -216,33 +221,29 @@ export class DestructionService {
     // A command was in flight when the state was lost if the capsule was left `executing`
     // or the trail holds an ExecutionStarted that never completed.
     const wasRunning = c.status === 'executing' || trail.open_executions > 0;
-    const record = this.sign((key) =>
-      emitPartialRecord(
-        {
-          capsule_id: c.id,
-          created_at: c.created_at,
-          reason,
-          ...trailInput(trail),
-          ...(recoveryWipe ? { evidence: [{ runner_recovery: recoveryWipe }] } : {}),
-          capsule_context: capsuleContext(c),
-          termination: {
-            trigger: 'system_restart',
-            command_was_running: wasRunning,
-            ...(wasRunning ? { command_completed: false } : {}),
-          },
-          internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
-        },
-        key,
-      ),
-    );
+    const input: PartialRecordInput = {
+      capsule_id: c.id,
+      created_at: c.created_at,
+      reason,
+      ...trailInput(trail),
+      ...(recoveryWipe ? { evidence: [{ runner_recovery: recoveryWipe }] } : {}),
+      capsule_context: capsuleContext(c),
+      termination: {
+        trigger: 'system_restart',
+        command_was_running: wasRunning,
+        ...(wasRunning ? { command_completed: false } : {}),
+      },
+      internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
+    };
     const proofId = newId('prf_', this.d.random);
+    const record = this.trySign((key) => emitPartialRecord(input, key));
     await this.d.store.recordDestruction({
       capsule: c,
       from: LIVE_STATUSES,
       status: 'expired_unclean',
       destroyed_at: null,
       events: [
-        this.cdpGenerated(c, proofId, record as unknown as Record<string, unknown>),
+        ...(record ? [this.cdpGenerated(c, proofId, record)] : []),
         newEvent(this.d, c.customer_id, 'capsule.failed', {
           capsule_id: c.id,
           status: 'expired_unclean',
@@ -250,27 +251,100 @@ export class DestructionService {
           proof_id: proofId,
         }),
       ],
-      proof: {
-        proof_id: proofId,
-        capsule_id: c.id,
-        customer_id: c.customer_id,
-        record: record as unknown as Record<string, unknown>,
-        response: null,
-        partial: true,
-        created_at: this.d.clock.nowIso(),
-      },
-      key: this.keyRecordOf(record),
-      usage: usageEntry(this.d, 'proof', 1, this.d.clock.nowIso()),
+      ...this.proofOrPending(c, proofId, true, input, record, null, null),
     });
     this.d.webhooks.kick?.();
-    this.d.log.warn({ capsule_id: c.id, reason }, 'capsule expired unclean');
+    this.d.log.warn({ capsule_id: c.id, reason, proof_buffered: record === null }, 'capsule expired unclean');
+  }
+
+  /** The signed proof to store with the status move, or (key unavailable) the pending row holding its input. */
+  private proofOrPending(
+    c: Capsule,
+    proofId: string,
+    partial: boolean,
+    input: RecordInput | PartialRecordInput,
+    record: AuditRecord | null,
+    response: Record<string, unknown> | null,
+    base: Record<string, unknown> | null,
+  ): Pick<Destruction, 'proof' | 'pending' | 'key' | 'usage'> {
+    const now = this.d.clock.nowIso();
+    if (record)
+      return {
+        proof: {
+          proof_id: proofId,
+          capsule_id: c.id,
+          customer_id: c.customer_id,
+          record: record as unknown as Record<string, unknown>,
+          response,
+          partial,
+          created_at: now,
+        },
+        key: this.keyRecordOf(record),
+        usage: usageEntry(this.d, 'proof', 1, now),
+      };
+    this.d.log.warn({ capsule_id: c.id }, 'signing key unavailable: wipe stored, proof buffered until the key is back');
+    return {
+      proof: null,
+      key: null,
+      usage: null,
+      pending: {
+        capsule_id: c.id,
+        customer_id: c.customer_id,
+        proof_id: proofId,
+        partial,
+        billable: c.billable,
+        input: input as unknown as Record<string, unknown>,
+        response: base,
+        created_at: now,
+        signed_at: null,
+      },
+    };
+  }
+
+  /**
+   * Phase 2: signs the buffered proofs, oldest first, while the key is usable;
+   * each is stored with its usage and `cdp.generated` exactly once, whichever
+   * process gets there first. Returns how many this call stored.
+   */
+  async signPending(limit = 50): Promise<number> {
+    const due = await this.d.store.unsignedProofs(limit);
+    let stored = 0;
+    for (const p of due) {
+      const record = this.trySign((key) =>
+        p.partial
+          ? emitPartialRecord(p.input as unknown as PartialRecordInput, key)
+          : emitRecord(p.input as unknown as RecordInput, key),
+      );
+      if (record === null) break;
+      const now = this.d.clock.nowIso();
+      const c = { id: p.capsule_id, customer_id: p.customer_id };
+      const done = await this.d.store.completePendingProof(
+        p,
+        {
+          proof_id: p.proof_id,
+          capsule_id: p.capsule_id,
+          customer_id: p.customer_id,
+          record: record as unknown as Record<string, unknown>,
+          response: p.response ? withProof(p.response, record) : null,
+          partial: p.partial,
+          created_at: now,
+        },
+        usageEntry(this.d, 'proof', 1, now),
+        [this.cdpGenerated(c, p.proof_id, record)],
+      );
+      if (!done) continue;
+      stored++;
+      this.d.log.info({ capsule_id: p.capsule_id }, 'buffered proof signed and stored');
+    }
+    if (stored > 0) this.d.webhooks.kick?.();
+    return stored;
   }
 
   /**
    * Signs with the managed authority's current key when one is configured, else a fresh
-   * ephemeral key (zeroized after). A managed key that is unavailable answers 503.
+   * ephemeral key (zeroized after); null when the managed key is unavailable.
    */
-  private sign(emit: (key: SigningKeyMaterial) => AuditRecord): AuditRecord {
+  private trySign(emit: (key: SigningKeyMaterial) => AuditRecord): AuditRecord | null {
     const signer = this.d.signer;
     if (!signer) {
       const key = generateEphemeralKey(this.d.random);
@@ -280,12 +354,7 @@ export class DestructionService {
         zeroize(key);
       }
     }
-    const record = signer.withKey((k) => emit({ mode: 'managed', ...k }));
-    if (record === null) {
-      this.d.log.error({}, 'managed signing key unavailable');
-      throw keyUnavailable();
-    }
-    return record;
+    return signer.withKey((k) => emit({ mode: 'managed', ...k }));
   }
 
   /** Ephemeral keys are registered per proof; managed keys are answered by the signer. */
@@ -327,7 +396,8 @@ export class DestructionService {
   }
 
   /** cdp.generated: the stored proof's identity and hashes, and where anyone can verify it. */
-  private cdpGenerated(c: Capsule, proofId: string, record: Record<string, unknown>): OutboxEvent {
+  private cdpGenerated(c: Pick<Capsule, 'id' | 'customer_id'>, proofId: string, signed: AuditRecord): OutboxEvent {
+    const record = signed as unknown as Record<string, unknown>;
     const termination = record.termination as { trigger?: unknown } | undefined;
     return newEvent(this.d, c.customer_id, 'cdp.generated', {
       capsule_id: c.id,
@@ -353,10 +423,16 @@ export class DestructionService {
   }
 }
 
-function keyUnavailable(): ApiError {
-  return new ApiError('service_unavailable', 'the signing key is unavailable; retry later', {
+/** 503 while a capsule's proof waits for the signing key: the wipe is done, the proof is delayed, never lost. */
+export function signingKeyUnavailable(): ApiError {
+  return new ApiError('service_unavailable', 'the signing key is unavailable; the proof is buffered, retry later', {
     extra: { retry_after: 30, degradation_mode: 'signing_key_unavailable' },
   });
+}
+
+/** The destroy response: the fixed fields and the signed record in both forms. */
+function withProof(base: Record<string, unknown>, record: AuditRecord): Record<string, unknown> {
+  return { ...base, cdp: record, audit_proof: toAuditProof(record) };
 }
 
 /** The emitter's trail members: inline events when the trail is within the bound, the folded root always. */

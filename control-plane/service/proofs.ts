@@ -9,6 +9,7 @@ import {
 } from '../../shared/proof/index.js';
 import type { Caller, KeyRecord, StoredProof, TrustManifest } from '../domain/index.js';
 import type { Deps } from './deps.js';
+import { signingKeyUnavailable } from './destruction.js';
 import { verifyHostedRequest, withSummary, type HostedResult } from './hosted-verify.js';
 import { VerifyPool } from './verify-pool.js';
 
@@ -19,15 +20,19 @@ export class ProofService {
   private readonly pool = new VerifyPool();
   constructor(private readonly d: Deps) {}
 
-  private async stored(capsuleId: string): Promise<StoredProof> {
+  /** The stored proof; 503 `signing_key_unavailable` while it waits for the key (for its owner, when one is named). */
+  private async stored(capsuleId: string, owner?: string): Promise<StoredProof> {
     const p = capsuleId.length <= 64 ? await this.d.store.getProofByCapsule(capsuleId) : null;
-    if (!p) throw proofNotFound();
-    return p;
+    if (p) return p;
+    const pending = capsuleId.length <= 64 ? await this.d.store.getPendingProof(capsuleId) : null;
+    if (pending && pending.signed_at === null && (owner === undefined || pending.customer_id === owner))
+      throw signingKeyUnavailable();
+    throw proofNotFound();
   }
 
   /** Another account's proof is 404 like a missing one; a store failure stays a 500, not a 404. */
   private async owned(caller: Caller, capsuleId: string): Promise<StoredProof> {
-    const p = await this.stored(capsuleId);
+    const p = await this.stored(capsuleId, caller.account.customer_id);
     if (p.customer_id !== caller.account.customer_id) throw proofNotFound();
     return p;
   }

@@ -1,6 +1,6 @@
 // TTL expiry: destroys live capsules whose time ran out (trigger ttl_expired,
-// status `expired`, proof included), and retries the partial proofs recovery
-// could not build. One pass at a time; each capsule has its own retry budget
+// status `expired`, proof included), retries the partial proofs recovery
+// could not build, and signs proofs buffered while the signing key was away. One pass at a time; each capsule has its own retry budget
 // (retries.ts): one that keeps failing ends `expired_unclean`, the rest go on.
 import type { Deps } from './deps.js';
 import { LIVE_STATUSES } from '../domain/index.js';
@@ -48,6 +48,10 @@ export class Sweeper {
       this.d.log.error({ err: e }, 'sweeper: listing expired capsules failed');
       return;
     }
+    // Proofs buffered while the managed signing key was unavailable: signed as soon as it is back.
+    await this.destruction
+      .signPending()
+      .catch((e: unknown) => this.d.log.error({ err: e }, 'sweeper: signing buffered proofs failed'));
     for (const p of this.retries.pendingPartials()) {
       if (!this.retries.due(p.id)) continue;
       await this.isolated(p.id, 'partial proof', async () => {
@@ -57,7 +61,10 @@ export class Sweeper {
     }
     for (const c of due) {
       if (!this.retries.due(c.id) || this.retries.pendingPartials().some((p) => p.id === c.id)) continue;
-      await this.isolated(c.id, 'destroy', () => this.destruction.destroy(c, 'ttl_expired').then(() => undefined));
+      // A proof buffered for the signing key is not a failure: the wipe is done and stored.
+      await this.isolated(c.id, 'destroy', () =>
+        this.destruction.destroyOrBuffer(c, 'ttl_expired').then(() => undefined),
+      );
     }
   }
 

@@ -169,6 +169,18 @@ export class Migration0010Webhooks extends Migration {
   }
 }
 
+export class Migration0014PendingProofs extends Migration {
+  override up(): void {
+    // Two-phase signing: a wiped capsule's unsigned proof input, kept until the managed key signs it.
+    this.addSql(`create table "pending_proofs" (
+      "capsule_id" varchar(64) primary key, "customer_id" varchar(64) not null,
+      "proof_id" varchar(64) not null unique, "partial" integer not null, "billable" integer not null,
+      "input" text not null, "response" text null, "created_at" varchar(40) not null,
+      "signed_at" varchar(40) null)`);
+    this.addSql(`create index "pending_proofs_unsigned_idx" on "pending_proofs" ("signed_at", "created_at")`);
+  }
+}
+
 export const MIGRATIONS = [
   { name: 'Migration0001Initial', class: Migration0001Initial },
   { name: 'Migration0002Capsulefiles', class: Migration0002Capsulefiles },
@@ -176,4 +188,5 @@ export const MIGRATIONS = [
   { name: 'Migration0005ActivityCap', class: Migration0005ActivityCap },
   { name: 'Migration0010Webhooks', class: Migration0010Webhooks },
   { name: 'Migration0011Accounts', class: Migration0011Accounts },
+  { name: 'Migration0014PendingProofs', class: Migration0014PendingProofs },
 ];

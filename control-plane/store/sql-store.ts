@@ -22,6 +22,7 @@ import type {
   Limits,
   NewAccount,
   OutboxEvent,
+  PendingProof,
   ReserveOutcome,
   Store,
   StoredProof,
@@ -92,6 +93,32 @@ function toProof(r: ProofRow): StoredProof {
     response: r.response === null ? null : (JSON.parse(r.response) as Record<string, unknown>),
     partial: num(r.partial) === 1,
     created_at: r.created_at,
+  };
+}
+
+interface PendingRow {
+  capsule_id: string;
+  customer_id: string;
+  proof_id: string;
+  partial: unknown;
+  billable: unknown;
+  input: string;
+  response: string | null;
+  created_at: string;
+  signed_at: string | null;
+}
+
+function toPending(r: PendingRow): PendingProof {
+  return {
+    capsule_id: r.capsule_id,
+    customer_id: r.customer_id,
+    proof_id: r.proof_id,
+    partial: num(r.partial) === 1,
+    billable: num(r.billable) === 1,
+    input: JSON.parse(r.input) as Record<string, unknown>,
+    response: r.response === null ? null : (JSON.parse(r.response) as Record<string, unknown>),
+    created_at: r.created_at,
+    signed_at: r.signed_at,
   };
 }
 
@@ -519,8 +546,27 @@ export class SqlStore implements Store {
       : null;
   }
 
+  /** The proof row, its usage item and the account's proof count: written together, once. */
+  private async writeProof(em: SqlEntityManager, p: StoredProof, usage: UsageEntry, billable: boolean): Promise<void> {
+    await em.insert(ProofEntity, {
+      proof_id: p.proof_id,
+      capsule_id: p.capsule_id,
+      customer_id: p.customer_id,
+      record: JSON.stringify(p.record),
+      response: p.response === null ? null : JSON.stringify(p.response),
+      partial: p.partial ? 1 : 0,
+      created_at: p.created_at,
+    });
+    if (billable)
+      await this.run(
+        'update "accounts" set "cdps_used" = "cdps_used" + 1 where "customer_id" = ?',
+        [p.customer_id],
+        em,
+      );
+    await insertUsage(em, usage, p.customer_id, p.capsule_id, billable);
+  }
+
   async recordDestruction(d: Destruction): Promise<void> {
-    const p = d.proof;
     try {
       await this.em().transactional(async (em) => {
         if (d.key) {
@@ -532,22 +578,24 @@ export class SqlStore implements Store {
             signing_key_version: d.key.signing_key_version,
           });
         }
-        await em.insert(ProofEntity, {
-          proof_id: p.proof_id,
-          capsule_id: p.capsule_id,
-          customer_id: p.customer_id,
-          record: JSON.stringify(p.record),
-          response: p.response === null ? null : JSON.stringify(p.response),
-          partial: p.partial ? 1 : 0,
-          created_at: p.created_at,
-        });
-        if (d.capsule.billable)
+        if (d.proof && d.usage) await this.writeProof(em, d.proof, d.usage, d.capsule.billable);
+        const q = d.pending;
+        if (q)
           await this.run(
-            'update "accounts" set "cdps_used" = "cdps_used" + 1 where "customer_id" = ?',
-            [p.customer_id],
+            `insert into "pending_proofs" ("capsule_id", "customer_id", "proof_id", "partial", "billable", "input", "response", "created_at", "signed_at")
+             values (?, ?, ?, ?, ?, ?, ?, ?, null)`,
+            [
+              q.capsule_id,
+              q.customer_id,
+              q.proof_id,
+              q.partial ? 1 : 0,
+              q.billable ? 1 : 0,
+              JSON.stringify(q.input),
+              q.response === null ? null : JSON.stringify(q.response),
+              q.created_at,
+            ],
             em,
           );
-        await insertUsage(em, d.usage, p.customer_id, d.capsule.id, d.capsule.billable);
         const set: Partial<CapsuleRow> = { status: d.status };
         if (d.destroyed_at !== null) set.destroyed_at = d.destroyed_at;
         const moved = await em.nativeUpdate(CapsuleEntity, { id: d.capsule.id, status: { $in: [...d.from] } }, set);
@@ -562,6 +610,40 @@ export class SqlStore implements Store {
     } catch (e) {
       conflict(e, 'capsule already destroyed');
     }
+  }
+
+  async getPendingProof(capsuleId: string): Promise<PendingProof | null> {
+    const rows = await all<PendingRow>(this.em(), 'select * from "pending_proofs" where "capsule_id" = ?', [capsuleId]);
+    return rows[0] ? toPending(rows[0]) : null;
+  }
+
+  async unsignedProofs(limit: number): Promise<PendingProof[]> {
+    const rows = await all<PendingRow>(
+      this.em(),
+      'select * from "pending_proofs" where "signed_at" is null order by "created_at", "capsule_id" limit ?',
+      [limit],
+    );
+    return rows.map(toPending);
+  }
+
+  async completePendingProof(
+    p: PendingProof,
+    proof: StoredProof,
+    usage: UsageEntry,
+    events: OutboxEvent[],
+  ): Promise<boolean> {
+    return this.em().transactional(async (em) => {
+      // The claim: exactly one process moves the row from unsigned to signed.
+      const claimed = await this.run(
+        'update "pending_proofs" set "signed_at" = ? where "capsule_id" = ? and "signed_at" is null',
+        [proof.created_at, p.capsule_id],
+        em,
+      );
+      if (claimed !== 1) return false;
+      await this.writeProof(em, proof, usage, p.billable);
+      await insertOutbox(em, events);
+      return true;
+    });
   }
 
   async insertContact(c: ContactMessage): Promise<void> {

@@ -126,22 +126,50 @@ for (const driver of DRIVERS) {
     t.equal(bad.status, 2, 'an unreachable manifest URL is a usage error');
     t.match(bad.stderr, /trust manifest .*HTTP 404/);
 
-    // A key file that stops parsing makes the key unavailable: destroy refused before the wipe, capsule kept.
+    // Two-phase signing: the key stops parsing mid-run. The destroy still wipes and stores the
+    // unsigned proof with the status move, answers 503 with the mode, and loses nothing.
     writeFileSync(v2, 'not a key\n');
     const c = await api.req('POST', '/v1/capsules', { key: alice.key, json: {} });
     t.equal(c.status, 201);
-    const refused = await api.req('DELETE', `/v1/capsules/${c.body.id}`, { key: alice.key });
+    const id = c.body.id;
+    const refused = await api.req('DELETE', `/v1/capsules/${id}`, { key: alice.key });
     const e = envelope(t, refused, 503, 'service_unavailable');
     t.equal(e.degradation_mode, 'signing_key_unavailable');
     t.ok(Number(refused.headers.get('retry-after')) > 0, 'Retry-After');
     t.notMatch(refused.text, /PRIVATE KEY/);
-    const still = await api.req('GET', `/v1/capsules/${c.body.id}`, { key: alice.key });
-    t.equal(still.body.status, 'active', 'the capsule was not wiped');
-    // Back with a new version-2 key: the destroy goes through, signed by it.
+    const wiped = await api.req('GET', `/v1/capsules/${id}`, { key: alice.key });
+    t.equal(wiped.body.status, 'destroyed', 'the wipe happened; only the proof waits');
+    envelope(
+      t,
+      await api.req('POST', `/v1/capsules/${id}/exec`, { key: alice.key, json: { command: 'true' } }),
+      410,
+      'capsule_expired',
+    );
+    const waiting = await api.req('GET', `/v1/proofs/${id}`, { key: alice.key });
+    t.equal(envelope(t, waiting, 503, 'service_unavailable').degradation_mode, 'signing_key_unavailable');
+    const bob = await api.signup();
+    envelope(t, await api.req('GET', `/v1/proofs/${id}`, { key: bob.key }), 404, 'resource_not_found');
+    const again = await api.req('DELETE', `/v1/capsules/${id}`, { key: alice.key });
+    t.equal(envelope(t, again, 503, 'service_unavailable').degradation_mode, 'signing_key_unavailable', 'a repeat too');
+    t.equal(await s.cp.services.destruction.signPending(), 0, 'nothing signs while the key is away');
+
+    // The key is back (a new version-2 file): the sweeper signs the buffered proof, once.
     const pub2b = keyFile(v2);
-    const d3 = await api.req('DELETE', `/v1/capsules/${c.body.id}`, { key: alice.key });
-    t.equal(d3.status, 200, d3.text.slice(0, 200));
-    t.equal(d3.body.cdp.attestation.public_key, `base64:${pub2b}`);
-    t.ok(verifyProof(d3.body.cdp).valid);
+    let proof = await api.req('GET', `/v1/proofs/${id}`, { key: alice.key });
+    for (let i = 0; i < 100 && proof.status !== 200; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      proof = await api.req('GET', `/v1/proofs/${id}`, { key: alice.key });
+    }
+    t.equal(proof.status, 200, proof.text.slice(0, 200));
+    t.equal(proof.body.cdp.attestation.public_key, `base64:${pub2b}`);
+    t.equal(proof.body.cdp.destroyed_at, wiped.body.destroyed_at, 'signed as fixed at the wipe');
+    t.ok(verifyProof(proof.body.cdp, { manifest: (await api.req('GET', '/v1/trust-manifest')).body }).valid);
+    const d3 = await api.req('DELETE', `/v1/capsules/${id}`, { key: alice.key });
+    t.equal(d3.status, 200, 'after the outage a repeated DELETE gets the stored destroy response');
+    t.strictSame(d3.body.cdp, proof.body.cdp);
+    t.equal(d3.body.status, 'destroyed');
+    t.ok(verifyProof(d3.body.audit_proof).valid);
+    t.equal(await s.cp.services.destruction.signPending(), 0, 'signed once');
+    envelope(t, await api.req('DELETE', `/v1/capsules/${d1.capsule_id}`, { key: alice.key }), 409, 'resource_conflict');
   });
 }
