@@ -247,6 +247,79 @@ async function conformance(t: Test, store: Store): Promise<void> {
       'released keys can be claimed',
     );
   });
+
+  await t.test('two-phase signing: a buffered proof moves the status at once and is stored exactly once', async (t) => {
+    const a = account('pending');
+    await store.createAccount(a);
+    t.equal(await store.reserveCapsule(a.customer_id, LIMITS, T0, true), 'ok');
+    const c = capsule(a.customer_id, 1);
+    t.equal(await store.insertCapsule(c, { type: 'CapsuleCreated', at: T0, fields: {} }, usage('capsule')), 'ok');
+    const pending = {
+      capsule_id: c.id,
+      customer_id: a.customer_id,
+      proof_id: `prf_${hex(8)}`,
+      partial: false,
+      billable: true,
+      input: { capsule_id: c.id, destroyed_at: T0, evidence: [{ n: 1 }] },
+      response: { capsule_id: c.id, status: 'destroyed' },
+      created_at: T0,
+      signed_at: null,
+    };
+    await store.recordDestruction({
+      capsule: c,
+      from: ['active'],
+      status: 'destroyed',
+      destroyed_at: T0,
+      proof: null,
+      pending,
+      key: null,
+      usage: null,
+    });
+    t.equal((await store.getCapsule(c.id))?.status, 'destroyed', 'the wipe is recorded in phase 1');
+    t.equal((await store.getAccount(a.customer_id))?.live_capsules, 0, 'the live slot is released');
+    t.equal(await store.getProofByCapsule(c.id), null, 'no proof yet');
+    t.same(await store.getPendingProof(c.id), pending, 'the unsigned input comes back as written');
+    t.ok((await store.unsignedProofs(1000)).some((p) => p.capsule_id === c.id));
+
+    const proof = {
+      proof_id: pending.proof_id,
+      capsule_id: c.id,
+      customer_id: a.customer_id,
+      record: { signed: true },
+      response: { ...pending.response, cdp: { signed: true } },
+      partial: false,
+      created_at: '2026-11-01T00:00:05.000000Z',
+    };
+    const use = { id: `use_${hex(8)}`, kind: 'proof' as const, quantity: 1, at: T0 };
+    // Two processes racing to store it: exactly one wins, the other writes nothing.
+    const wins = await Promise.all([
+      store.completePendingProof(pending, proof, use, []),
+      store.completePendingProof(
+        pending,
+        { ...proof, record: { signed: 'twice' } },
+        { ...use, id: `use_${hex(8)}` },
+        [],
+      ),
+    ]);
+    t.same(
+      wins.filter((w) => w),
+      [true],
+      'one winner',
+    );
+    const stored = await store.getProofByCapsule(c.id);
+    t.ok(stored && [true, 'twice'].includes((stored.record as { signed: boolean | string }).signed));
+    t.equal((await store.getPendingProof(c.id))?.signed_at, proof.created_at, 'marked signed');
+    t.notOk(
+      (await store.unsignedProofs(1000)).some((p) => p.capsule_id === c.id),
+      'no longer due',
+    );
+    t.equal(
+      await store.completePendingProof(pending, proof, { ...use, id: `use_${hex(8)}` }, []),
+      false,
+      'never twice',
+    );
+    t.equal((await store.getAccount(a.customer_id))?.cdps_this_cycle, 1, 'the proof is counted once');
+  });
 }
 
 function apiKey(customerId: string, createdAt = T0): NewApiKey {
