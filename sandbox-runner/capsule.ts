@@ -1,6 +1,8 @@
-// Capsule lifecycle: create (uid, tmpfs, cgroup, state record), exec (one
-// fresh bwrap per exec over the same tmpfs, serialized per capsule), file
-// transfer, destroy (kill, wipe, zeroize, unmount, release, evidence).
+// Capsule lifecycle manager: sequences the steps of create (admission, uid,
+// state record, cgroup, tmpfs, egress), exec (one fresh bwrap per exec over
+// the same tmpfs, serialized per capsule), file transfer and destroy (kill,
+// wipe, zeroize, unmount, release, evidence). Request decoding lives in
+// request-checks.ts, the on-disk record in state-record.ts.
 import { createHash } from 'node:crypto';
 import { chmodSync, chownSync, mkdirSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -18,17 +20,9 @@ import {
   type ListedFile,
 } from '../shared/runner-protocol.js';
 import { dropWriter, prepareWriter, writeCharged, type PreparedWriter } from './charged.js';
-import {
-  groupPids,
-  killGroup,
-  procsFiles,
-  removeGroup,
-  writerProcsFile,
-  type CapsuleCgroupPaths,
-  type CgroupManager,
-} from './cgroup.js';
+import { groupPids, killGroup, procsFiles, removeGroup, writerProcsFile, type CgroupManager } from './cgroup.js';
 import type { Clock, Random } from './clock.js';
-import { storageMbFor, type RunnerConfig } from './config.js';
+import type { RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
 import { prepareExec, runExec, type Prepared, type SandboxObservation } from './exec.js';
 import { validateFilename } from './files.js';
@@ -40,28 +34,9 @@ import { FileWorkers } from './offloop.js';
 import { wipeAndZeroize } from './wipe.js';
 import { fitJson } from './output-fit.js';
 import { DEFAULT_FRAME_LIMITS } from '../shared/node/framing.js';
-import {
-  attachEgress,
-  caBundle,
-  detachEgress,
-  egressEnv,
-  netnsPath,
-  validateEgress,
-  type EgressState,
-} from './egress.js';
-
-export const CAPSULE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
-const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
-
-/** What a state record on disk holds: enough for recovery after a crash. */
-export interface CapsuleRecord {
-  capsule_id: string;
-  host_uid: number;
-  tmpfs_dir: string;
-  cgroup: CapsuleCgroupPaths;
-  created_at: string;
-  egress?: EgressState;
-}
+import { attachEgress, caBundle, detachEgress, egressEnv, netnsPath, type EgressState } from './egress.js';
+import { checkCreate, checkExec, validateCapsuleId } from './request-checks.js';
+import { capsulesDir, removeRecord, tmpfsDirOf, writeRecord, type CapsuleRecord } from './state-record.js';
 
 /** The CA bundle file of an egress capsule, at the tmpfs root (bound read-only inside). */
 const EGRESS_CA_FILE = 'egress-ca.pem';
@@ -108,45 +83,6 @@ export function etcDirFor(stateDir: string, imageRoot: string): string {
   return join(stateDir, 'etc', createHash('sha256').update(imageRoot).digest('hex').slice(0, 16));
 }
 
-export function capsulesDir(stateDir: string): string {
-  return join(stateDir, 'capsules');
-}
-
-export function validateEnv(env: unknown, field: string): Record<string, string> {
-  if (env === undefined || env === null) return {};
-  if (typeof env !== 'object' || Array.isArray(env))
-    throw new RunnerError('invalid', `${field}: must be an object of strings`);
-  const out: Record<string, string> = {};
-  let total = 0;
-  const entries = Object.entries(env as Record<string, unknown>);
-  if (entries.length > 256) throw new RunnerError('invalid', `${field}: more than 256 variables`);
-  for (const [k, v] of entries) {
-    if (!ENV_NAME_RE.test(k))
-      throw new RunnerError('invalid', `${field}: invalid variable name ${JSON.stringify(k.slice(0, 64))}`);
-    if (typeof v !== 'string' || v.includes('\0'))
-      throw new RunnerError('invalid', `${field}.${k}: must be a string without NUL`);
-    total += k.length + v.length;
-    out[k] = v;
-  }
-  if (total > 256 * 1024) throw new RunnerError('invalid', `${field}: larger than 256 KiB`);
-  return out;
-}
-
-function decodeB64(s: unknown, field: string, max: number): Buffer {
-  if (typeof s !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(s) || s.length % 4 !== 0) {
-    throw new RunnerError('invalid', `${field}: must be standard base64`);
-  }
-  if ((s.length / 4) * 3 > max + 3) throw new RunnerError('too_large', `${field}: larger than ${max} bytes`);
-  const b = Buffer.from(s, 'base64');
-  if (b.length > max) {
-    b.fill(0);
-    throw new RunnerError('too_large', `${field}: larger than ${max} bytes`);
-  }
-  return b;
-}
-
-const INPUT_DIRS: Record<string, string> = { '/data/input/': 'input', '/data/output/': 'output', '/tmp/': 'tmp' };
-
 export class CapsuleManager {
   private readonly capsules = new Map<string, Capsule>();
   /** Ids whose create is in progress (create awaits the egress relay). */
@@ -190,9 +126,8 @@ export class CapsuleManager {
     };
   }
 
-  private get(id: unknown): Capsule {
-    if (typeof id !== 'string' || !CAPSULE_ID_RE.test(id))
-      throw new RunnerError('invalid', 'capsule_id: 1-64 of [A-Za-z0-9_-], starting alphanumeric');
+  private get(capsuleId: unknown): Capsule {
+    const id = validateCapsuleId(capsuleId);
     const c = this.capsules.get(id);
     if (!c) throw new RunnerError('not_found', `capsule_id: no live capsule ${id}`);
     if (c.state === 'destroying') throw new RunnerError('busy', `capsule_id: capsule ${id} is being destroyed`);
@@ -202,43 +137,12 @@ export class CapsuleManager {
   async create(req: CreateCapsuleRequest): Promise<CreatedCapsule> {
     const { config } = this.d;
     if (this.shuttingDown) throw new RunnerError('unavailable', 'runner is shutting down');
-    if (typeof req !== 'object' || req === null) throw new RunnerError('invalid', 'params: must be an object');
-    if (typeof req.capsule_id !== 'string' || !CAPSULE_ID_RE.test(req.capsule_id))
-      throw new RunnerError('invalid', 'capsule_id: 1-64 of [A-Za-z0-9_-], starting alphanumeric');
-    const id = req.capsule_id;
-    if (this.capsules.has(id) || this.creating.has(id))
-      throw new RunnerError('invalid', `capsule_id: ${id} already exists`);
-    const mem = req.memory_mb;
-    if (!Number.isInteger(mem) || mem < config.bounds.minMemoryMb || mem > config.bounds.maxMemoryMb) {
-      throw new RunnerError(
-        'invalid',
-        `memory_mb: must be an integer in ${config.bounds.minMemoryMb}..${config.bounds.maxMemoryMb}`,
-      );
-    }
-    const runtime = req.runtime ?? 'default';
-    const imageRoot = typeof runtime === 'string' ? config.runtimes[runtime] : undefined;
-    if (!imageRoot) throw new RunnerError('invalid', `runtime: unknown runtime ${JSON.stringify(runtime)}`);
-    const env = validateEnv(req.env, 'env');
-    const apps: { name: string; bytes: Buffer }[] = [];
+    const plan = checkCreate(req, config);
+    const { id, memoryMb: mem, storageMb, imageRoot, env, apps, egress } = plan;
     // Customer bytes: every decoded app file is zeroed however create ends (refusal, failure or success).
     try {
-      if (req.app_files !== undefined) {
-        if (!Array.isArray(req.app_files) || req.app_files.length > 256)
-          throw new RunnerError('invalid', 'app_files: must be a list of at most 256 files');
-        let total = 0;
-        const seen = new Set<string>();
-        req.app_files.forEach((f, i) => {
-          const name = validateFilename(f?.filename, `app_files[${i}].filename`);
-          if (seen.has(name)) throw new RunnerError('invalid', `app_files[${i}].filename: duplicate ${name}`);
-          seen.add(name);
-          const bytes = decodeB64(f.content_b64, `app_files[${i}].content_b64`, config.bounds.maxUploadBytes);
-          total += bytes.length;
-          apps.push({ name, bytes });
-        });
-        if (total > storageMbFor(mem, config.bounds.tmpfsMb) * 1024 * 1024)
-          throw new RunnerError('too_large', 'app_files: larger than the capsule storage');
-      }
-      const egress = req.egress !== undefined && req.egress !== null ? validateEgress(req.egress) : null;
+      if (this.capsules.has(id) || this.creating.has(id))
+        throw new RunnerError('invalid', `capsule_id: ${id} already exists`);
       if (this.capsules.size + this.creating.size >= config.bounds.maxCapsules)
         throw new RunnerError('capacity', 'runner is at its capsule limit');
       // Admission: the node must be able to back the capsule's memory, its files included.
@@ -250,10 +154,7 @@ export class CapsuleManager {
         );
       const uid = this.d.uids.allocate();
       if (uid === null) throw new RunnerError('capacity', 'no free capsule uid in the configured range');
-      const storageMb = storageMbFor(mem, config.bounds.tmpfsMb);
-
-      const tmpfsDir = join(capsulesDir(config.stateDir), id);
-      const statePath = `${tmpfsDir}.json`;
+      const tmpfsDir = tmpfsDirOf(config.stateDir, id);
       const record: CapsuleRecord = {
         capsule_id: id,
         host_uid: uid,
@@ -269,7 +170,7 @@ export class CapsuleManager {
       this.creatingMb.set(id, mem);
       try {
         // The record goes first so that a crash from here on is found by recovery.
-        writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+        writeRecord(record);
         // The cgroup first: the app files below are charged to it.
         this.d.cgroups.create(id, {
           memoryBytes: mem * 1024 * 1024,
@@ -301,10 +202,10 @@ export class CapsuleManager {
             proxy_socket: egress.proxySocket,
           };
           // Record the namespace name before creating it, and the relay pid once it runs (recovery).
-          writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+          writeRecord(record);
           egressState = await attachEgress(record.egress.netns, egress.proxySocket);
           record.egress = { ...egressState, proxy_socket: egress.proxySocket };
-          writeFileSync(statePath, JSON.stringify(record), { mode: 0o600 });
+          writeRecord(record);
         }
       } catch (e) {
         this.creating.delete(id);
@@ -317,7 +218,7 @@ export class CapsuleManager {
         }
         if (cgroupMade) await killGroup(record.cgroup).then(() => removeGroup(record.cgroup));
         rmSync(tmpfsDir, { recursive: true, force: true });
-        rmSync(statePath, { force: true });
+        removeRecord(tmpfsDir);
         this.d.uids.release(uid);
         if (e instanceof RunnerError) throw e;
         const code = (e as NodeJS.ErrnoException).code;
@@ -424,35 +325,7 @@ export class CapsuleManager {
     const { bounds } = this.d.config;
     if (typeof req !== 'object' || req === null) throw new RunnerError('invalid', 'params: must be an object');
     const c = this.get(req.capsule_id);
-    if (typeof req.command !== 'string' || req.command.length === 0)
-      throw new RunnerError('invalid', 'command: must be a non-empty string');
-    if (Buffer.byteLength(req.command) > bounds.maxCommandBytes)
-      throw new RunnerError('too_large', `command: longer than ${bounds.maxCommandBytes} bytes`);
-    if (req.command.includes('\0')) throw new RunnerError('invalid', 'command: must not contain NUL');
-    if (!Number.isInteger(req.timeout_ms) || req.timeout_ms < 1 || req.timeout_ms > bounds.maxTimeoutMs) {
-      throw new RunnerError('invalid', `timeout_ms: must be an integer in 1..${bounds.maxTimeoutMs}`);
-    }
-    const env = validateEnv(req.env, 'env');
-    const cwd = req.cwd ?? '/data';
-    if (cwd !== '/data' && !(cwd === '/capsule/app' && c.hasApp))
-      throw new RunnerError('invalid', 'cwd: must be /data, or /capsule/app on a capsule with app files');
-    let input: { dir: string; name: string; bytes: Buffer } | null = null;
-    if (req.input_b64 !== undefined && req.input_b64 !== null) {
-      const path = req.input_filename ?? '/data/input/data';
-      if (typeof path !== 'string') throw new RunnerError('invalid', 'input_filename: must be a string');
-      const prefix = Object.keys(INPUT_DIRS).find((p) => path.startsWith(p));
-      if (!prefix)
-        throw new RunnerError(
-          'invalid',
-          'input_filename: must be /data/input/<name>, /data/output/<name> or /tmp/<name>',
-        );
-      const name = validateFilename(path.slice(prefix.length), 'input_filename');
-      // Decoded last: from here on `run` zeroes the bytes however it ends.
-      const bytes = decodeB64(req.input_b64, 'input_b64', bounds.maxInputBytes);
-      input = { dir: join(c.record.tmpfs_dir, INPUT_DIRS[prefix]!), name, bytes };
-    } else if (req.input_filename !== undefined) {
-      throw new RunnerError('invalid', 'input_filename: given without input_b64');
-    }
+    const { env, cwd, input } = checkExec(req, { tmpfsDir: c.record.tmpfs_dir, hasApp: c.hasApp }, bounds);
 
     const run = async (): Promise<ExecResult> => {
       if (c.state !== 'live') {
@@ -651,7 +524,7 @@ export class CapsuleManager {
     let stateRemoved = false;
     try {
       if (unmounted) rmSync(r.tmpfs_dir, { recursive: true, force: true });
-      rmSync(`${r.tmpfs_dir}.json`, { force: true });
+      removeRecord(r.tmpfs_dir);
       stateRemoved = true;
     } catch {
       stateRemoved = false;

@@ -1,11 +1,11 @@
 // Start-up recovery: capsules left by a crashed runner (state records, tmpfs
 // mounts, cgroups) are killed, wiped, unmounted and removed, and reported as
 // lost so the control plane can mark them expired_unclean.
-import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { LostCapsule } from '../shared/runner-protocol.js';
 import { groupPids, killGroup, removeGroup, type CgroupManager } from './cgroup.js';
-import { CAPSULE_ID_RE, capsulesDir, type CapsuleRecord } from './capsule.js';
+import { CAPSULE_ID_RE, capsulesDir, readRecord, removeRecord } from './state-record.js';
 import type { Clock, Random } from './clock.js';
 import { recoverEgress } from './egress.js';
 import { isMounted, type Mounter } from './tmpfs.js';
@@ -30,12 +30,7 @@ export async function recoverCapsules(
   const lost: LostCapsule[] = [];
   for (const id of [...ids].sort()) {
     const tmpfsDir = join(dir, id);
-    let record: CapsuleRecord | null = null;
-    try {
-      record = JSON.parse(readFileSync(`${tmpfsDir}.json`, 'utf8')) as CapsuleRecord;
-    } catch {
-      record = null;
-    }
+    const record = readRecord(tmpfsDir);
     // Recorded paths first (the runner's own cgroup may have moved), then this runner's layout.
     const paths = record?.cgroup ?? cgroups.pathsFor(id);
     const fresh = cgroups.pathsFor(id);
@@ -55,7 +50,7 @@ export async function recoverCapsules(
     let stateRemoved = true;
     try {
       if (unmounted) rmSync(tmpfsDir, { recursive: true, force: true });
-      rmSync(`${tmpfsDir}.json`, { force: true });
+      removeRecord(tmpfsDir);
     } catch {
       stateRemoved = false;
     }
