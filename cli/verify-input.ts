@@ -5,7 +5,15 @@
 //     (no cdp_version, has `cdp` and/or `audit_proof`): each of those is verified;
 //   - a golden test vector `{document, expect, manifest?}`: its document,
 //     with the vector's own manifest when no --trust-manifest was given.
-import { verifyProof, type CryptoProvider, type TrustManifest, type VerifyResult } from '../shared/proof/index.js';
+import {
+  checkCustomerAttestations,
+  verifyProof,
+  type CryptoProvider,
+  type CustomerAttestationReport,
+  type CustomerVerify,
+  type TrustManifest,
+  type VerifyResult,
+} from '../shared/proof/index.js';
 
 export interface Item {
   label: string;
@@ -17,6 +25,8 @@ export interface Item {
 export interface Verdict {
   label: string;
   result: VerifyResult;
+  /** With --customer-key, the check of a record's customer co-signatures. */
+  customer_attestations?: CustomerAttestationReport;
   /** A verified managed-authority proof: its authority and key version, and whether a trust manifest resolved them. */
   authority?: { signing_authority_id: string; signing_key_version: number; key_resolved: boolean };
 }
@@ -25,6 +35,8 @@ export type LineOutcome = { verdicts: Verdict[] } | { error: string };
 export interface VerifySettings {
   manifest?: TrustManifest;
   crypto: CryptoProvider;
+  /** The customer's key check (--customer-key); records carrying `activity` or attestations are checked. */
+  customer?: CustomerVerify;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -63,7 +75,13 @@ export function verifyItems(items: Item[], s: VerifySettings): Verdict[] {
             key_resolved: manifest !== undefined,
           }
         : undefined;
-    return { label: it.label, result, ...(authority ? { authority } : {}) };
+    const checkCustomer = s.customer && (d['customer_attestations'] !== undefined || d['activity'] !== undefined);
+    return {
+      label: it.label,
+      result,
+      ...(authority ? { authority } : {}),
+      ...(checkCustomer ? { customer_attestations: checkCustomerAttestations(d, s.customer!, s.crypto) } : {}),
+    };
   });
 }
 

@@ -1,11 +1,19 @@
-// `capsule verify [--json] [--trust-manifest FILE|URL] FILE...|-`
+// `capsule verify [--json] [--trust-manifest FILE|URL] [--customer-key PEM] FILE...|-`
 // Verifies proofs offline: one proof per file, a JSON-lines file of proofs,
 // a destroy response or stored-proof record (its `cdp` and `audit_proof`),
 // or a golden test vector. Exit 0 all verified, 1 any not verified, 2 usage
 // or unreadable input (one-line message, never a stack trace).
 import { closeSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
 import { createNodeCrypto } from '../shared/node/crypto-node.js';
-import { STAGE_NAMES, verdictLine, type TrustManifest, type VerifyResult } from '../shared/proof/index.js';
+import { customerKey, verifyCustomerSignature } from '../shared/node/customer-signature.js';
+import {
+  STAGE_NAMES,
+  customerAttestationLine,
+  verdictLine,
+  type CustomerVerify,
+  type TrustManifest,
+  type VerifyResult,
+} from '../shared/proof/index.js';
 import {
   itemsOf,
   jsonErrorReason,
@@ -16,14 +24,17 @@ import {
 } from './verify-input.js';
 import { verifyLines } from './verify-pool.js';
 
-const USAGE = `usage: capsule verify [--json] [--trust-manifest FILE|URL] FILE...|-
+const USAGE = `usage: capsule verify [--json] [--trust-manifest FILE|URL] [--customer-key PEM] FILE...|-
   Verifies AuditProof documents offline (no network unless the manifest is a URL). FILE may hold one proof,
   JSON lines of proofs, a destroy response or stored-proof record (its cdp and
   audit_proof are verified), or a test vector {document, expect[, manifest]}
   (its own manifest is used unless --trust-manifest is given). "-" reads stdin.
   --json                 print one result object per line (the POST /v1/verify members)
   --trust-manifest FILE|URL  resolve managed-authority keys against this manifest (stage 6)
-  Exit: 0 all verified, 1 any not verified, 2 usage or unreadable input.
+  --customer-key PEM     check the record's customer co-signatures with this public key
+                         (Ed25519 or RSA); one document per file, not JSON lines
+  Exit: 0 all verified, 1 any not verified (or a co-signature forged or not matching
+  its event), 2 usage or unreadable input.
   A valid result means the AuditProof is verified (integrity of the document and
   its signature); it does not by itself prove that destruction happened on the host.
 `;
@@ -36,6 +47,7 @@ class InputError extends Error {}
 interface Args {
   json: boolean;
   manifestPath?: string;
+  customerKeyPath?: string;
   files: string[];
 }
 
@@ -49,6 +61,11 @@ function parseArgs(argv: string[]): Args | string {
       if (v === undefined || v === '') return '--trust-manifest needs a FILE or URL';
       if (args.manifestPath !== undefined) return '--trust-manifest given twice';
       args.manifestPath = v;
+    } else if (a === '--customer-key' || a.startsWith('--customer-key=')) {
+      const v = a === '--customer-key' ? argv[++i] : a.slice('--customer-key='.length);
+      if (v === undefined || v === '') return '--customer-key needs a PEM file';
+      if (args.customerKeyPath !== undefined) return '--customer-key given twice';
+      args.customerKeyPath = v;
     } else if (a === '--') {
       args.files.push(...argv.slice(i + 1));
       break;
@@ -124,15 +141,21 @@ function readText(path: string): string {
 const label = (path: string) => (path === '-' ? 'stdin' : path);
 
 /** The verdicts (or line errors) of one input, in order. */
-async function verifyInput(path: string, manifest: TrustManifest | undefined): Promise<LineOutcome[]> {
+async function verifyInput(
+  path: string,
+  manifest: TrustManifest | undefined,
+  customer: CustomerVerify | undefined,
+): Promise<LineOutcome[]> {
   const text = readText(path);
   const name = label(path);
   const crypto = createNodeCrypto({ cacheKeys: true });
   try {
     const value: unknown = JSON.parse(text);
-    return [{ verdicts: verifyItems(itemsOf(value, name), { crypto, ...(manifest ? { manifest } : {}) }) }];
+    const settings = { crypto, ...(manifest ? { manifest } : {}), ...(customer ? { customer } : {}) };
+    return [{ verdicts: verifyItems(itemsOf(value, name), settings) }];
   } catch (err) {
     if (!(err instanceof SyntaxError)) throw err;
+    if (customer) throw new InputError(`${name}: --customer-key checks one document per file, not JSON lines`);
     // Not one JSON document: JSON lines, if its first line is JSON.
     const raw = text.split('\n');
     const lines: string[] = [];
@@ -161,7 +184,8 @@ function describe(v: Verdict): string {
     const by = a
       ? `, authority ${a.signing_authority_id} v${a.signing_key_version}${a.key_resolved ? ' resolved' : ' not resolved (no --trust-manifest)'}`
       : '';
-    return `${v.label}: ${verdictLine(r)} (${r.checks.step_count} steps, ${r.checks.algorithm}${by})`;
+    const co = v.customer_attestations ? `; ${customerAttestationLine(v.customer_attestations)}` : '';
+    return `${v.label}: ${verdictLine(r)} (${r.checks.step_count} steps, ${r.checks.algorithm}${by})${co}`;
   }
   const stage = STAGE_NAMES[r.stage_reached] ?? 'unknown';
   return `${v.label}: AuditProof NOT verified: stage ${r.stage_reached} (${stage}) failed: ${r.failure_reason.type}/${r.failure_reason.reason}`;
@@ -192,6 +216,20 @@ async function fetchManifestText(url: string): Promise<string> {
   } catch {
     throw new InputError(`trust manifest ${url}: not UTF-8 text`);
   }
+}
+
+/** The customer's public key (PEM) as a signature check for checkCustomerAttestations. */
+function loadCustomerKey(path: string): CustomerVerify {
+  let pem: Buffer;
+  try {
+    pem = readFileSync(path);
+  } catch (err) {
+    throw new InputError(`customer key ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  const k = customerKey(pem);
+  if (!k) throw new InputError(`customer key ${path}: not an Ed25519 or RSA public key in PEM`);
+  return (algorithm, message, signature) =>
+    algorithm === k.algorithm && verifyCustomerSignature(algorithm, k.key, message, signature);
 }
 
 async function loadManifest(path: string): Promise<TrustManifest> {
@@ -230,10 +268,11 @@ export async function main(argv: string[]): Promise<number> {
   };
   try {
     const manifest = args.manifestPath !== undefined ? await loadManifest(args.manifestPath) : undefined;
+    const customer = args.customerKeyPath !== undefined ? loadCustomerKey(args.customerKeyPath) : undefined;
     for (const file of args.files) {
       let outcomes: LineOutcome[];
       try {
-        outcomes = await verifyInput(file, manifest);
+        outcomes = await verifyInput(file, manifest, customer);
       } catch (err) {
         if (!(err instanceof InputError)) throw err;
         flush();
@@ -254,7 +293,13 @@ export async function main(argv: string[]): Promise<number> {
             failedCount++;
             if (exit === 0) exit = 1;
           }
-          out.push(args.json ? JSON.stringify({ ...v.result, ...(v.authority ?? {}) }) : describe(v));
+          const co = v.customer_attestations;
+          if (co && (co.forged.length > 0 || co.mismatched.length > 0) && exit === 0) exit = 1;
+          out.push(
+            args.json
+              ? JSON.stringify({ ...v.result, ...(v.authority ?? {}), ...(co ? { customer_attestations: co } : {}) })
+              : describe(v),
+          );
           if (out.length >= 1000) flush();
         }
       }

@@ -116,6 +116,13 @@ export interface WebhookConfig {
   perEndpoint: number;
   /** CAPSULE_WEBHOOK_POLL_MS (default 500): how often the outbox is read when nothing wakes the worker. */
   pollMs: number;
+  /**
+   * CAPSULE_COSIGN_CLIENT_CERT_FILE and CAPSULE_COSIGN_CLIENT_KEY_FILE (both or neither): the
+   * operator's client certificate presented to customers' co-signing services (mutual TLS).
+   */
+  cosignClient: { certPem: string; keyPem: string } | null;
+  /** CAPSULE_COSIGN_TIMEOUT_MS (default 5000): one co-signing call. */
+  cosignTimeoutMs: number;
 }
 
 function intEnv(env: NodeJS.ProcessEnv, name: string, dflt: number, min: number, max: number): number {
@@ -156,6 +163,30 @@ function webhookConfig(env: NodeJS.ProcessEnv): WebhookConfig {
     concurrency: intEnv(env, 'CAPSULE_WEBHOOK_CONCURRENCY', 16, 0, 1024),
     perEndpoint: intEnv(env, 'CAPSULE_WEBHOOK_PER_ENDPOINT', 2, 1, 64),
     pollMs: intEnv(env, 'CAPSULE_WEBHOOK_POLL_MS', 500, 10, 60_000),
+    cosignClient: cosignClient(env),
+    cosignTimeoutMs: intEnv(env, 'CAPSULE_COSIGN_TIMEOUT_MS', 5000, 100, 60_000),
+  };
+}
+
+function cosignClient(env: NodeJS.ProcessEnv): { certPem: string; keyPem: string } | null {
+  const certFile = env.CAPSULE_COSIGN_CLIENT_CERT_FILE;
+  const keyFile = env.CAPSULE_COSIGN_CLIENT_KEY_FILE;
+  if (!certFile && !keyFile) return null;
+  if (!certFile || !keyFile)
+    throw new ConfigError('CAPSULE_COSIGN_CLIENT_CERT_FILE and CAPSULE_COSIGN_CLIENT_KEY_FILE: set both or neither');
+  const read = (name: string, file: string, marker: RegExp): string => {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`${name} (${file}): ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (!marker.test(text)) throw new ConfigError(`${name} (${file}): no PEM block of the expected type`);
+    return text;
+  };
+  return {
+    certPem: read('CAPSULE_COSIGN_CLIENT_CERT_FILE', certFile, /-----BEGIN CERTIFICATE-----/),
+    keyPem: read('CAPSULE_COSIGN_CLIENT_KEY_FILE', keyFile, /-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----/),
   };
 }
 

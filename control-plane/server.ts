@@ -35,6 +35,7 @@ import { openStores } from './store/index.js';
 import { ProxyEgress, type ProxyEgressOptions } from './egress/index.js';
 import { stripeBilling } from './billing/stripe.js';
 import { HttpsWebhookSender, type WebhookResolver } from './webhooks/sender.js';
+import { HttpsCosigner } from './webhooks/cosigner.js';
 
 export interface ControlPlane {
   url: string;
@@ -118,6 +119,15 @@ export async function startControlPlane(
   };
   // Managed signing authority (docs/CONTROL_PLANE.md "Signing authority"); null = ephemeral keys.
   const signer = config.signing ? new FileSigner(config.signing, () => clock.nowIso()) : null;
+  // Customer co-signing (Capsulefile signing_config): the webhook SSRF rule, the operator's client certificate.
+  const cosign = new HttpsCosigner({
+    allowPrivate: wh.allowPrivate,
+    clientCertPem: wh.cosignClient?.certPem ?? null,
+    clientKeyPem: wh.cosignClient?.keyPem ?? null,
+    timeoutMs: wh.cosignTimeoutMs,
+    ...(opts.webhookResolver ? { resolver: opts.webhookResolver } : {}),
+    log: (fields, msg) => logger.warn(fields, msg),
+  });
   const deps = {
     store,
     keys,
@@ -150,6 +160,7 @@ export async function startControlPlane(
     maxActivityEvents: config.maxActivityEvents,
     log: logger,
     signer,
+    cosign,
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };
   const services = buildServices(deps, config.sweepIntervalMs);
@@ -210,6 +221,7 @@ export async function startControlPlane(
       await services.sweeper.stop();
       await services.webhookWorker.stop();
       webhookSender.close();
+      cosign.close();
       await services.egress.stopAll();
       await services.proofs.close();
       server.closeAllConnections();

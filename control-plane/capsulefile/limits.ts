@@ -20,6 +20,8 @@ export const MCP_TOOLS_MAX = 256;
 export const MCP_TOOL_NAME_MAX_CHARS = 128;
 export const TLS_PINS_MAX = 64;
 export const SIGNING_ENDPOINT_MAX_CHARS = 2048;
+/** A signing_config public key or CA bundle (PEM); an RSA-4096 key is about 800 characters. */
+export const SIGNING_PEM_MAX_CHARS = 16384;
 
 /** A file name inside the Capsulefile (UTF-8 bytes = characters: the charset is ASCII). */
 export const FILENAME_MAX_CHARS = 255;

@@ -67,6 +67,16 @@ export const tlsPinnedCertsSchema = z
   .max(L.TLS_PINS_MAX);
 
 /** Shape only: the customer-hosted signing service is not called by this build. */
+/** PEM armour of `label` around standard base64 (the key or certificate itself is parsed where it is used). */
+const pem = (label: string, max: number) =>
+  z
+    .string()
+    .max(max)
+    .regex(
+      new RegExp(`^(?:-----BEGIN ${label}-----\\r?\\n[A-Za-z0-9+/=\\r\\n]+-----END ${label}-----\\r?\\n?)+$`),
+      `must be a PEM block of type ${label}`,
+    );
+
 export const signingConfigSchema = z.strictObject({
   endpoint: z
     .string()
@@ -79,6 +89,9 @@ export const signingConfigSchema = z.strictObject({
         return false;
       }
     }, 'must be an https:// URL without credentials or fragment'),
+  algorithm: z.enum(['Ed25519', 'RSA-PSS-SHA256']),
+  public_key: pem('PUBLIC KEY', L.SIGNING_PEM_MAX_CHARS),
+  ca_cert: pem('CERTIFICATE', L.SIGNING_PEM_MAX_CHARS).optional(),
 });
 
 const envVars = z

@@ -19,7 +19,7 @@ import type {
   UsageCounts,
   UsageItem,
 } from './types.js';
-import type { ActivityEvent } from '../../shared/proof/index.js';
+import type { ActivityEvent, CustomerAttestation } from '../../shared/proof/index.js';
 import type { OutboxEvent } from './webhooks.js';
 
 export interface Clock {
@@ -482,6 +482,29 @@ export interface TrustManifest {
     signing_authority_id: string;
     keys: { signing_key_version: number; public_key: string }[];
   }[];
+}
+
+/** A Capsulefile's `signing_config`: where and how the customer co-signs each activity event. */
+export interface CosignConfig {
+  endpoint: string;
+  algorithm: 'Ed25519' | 'RSA-PSS-SHA256';
+  /** PEM (SPKI) public key the signatures must verify under. */
+  public_key: string;
+  /** PEM CA certificate(s) the signer's server certificate must chain to; absent = the system roots. */
+  ca_cert?: string;
+}
+
+/**
+ * Customer co-signing, fire-and-buffer: `submit` never waits on the signer;
+ * `collect` ends a capsule's session and returns one attestation per event
+ * submitted (a signature that verified, or missing), null when none was open.
+ */
+export interface CosignPort {
+  open(capsuleId: string, config: CosignConfig): void;
+  isOpen(capsuleId: string): boolean;
+  submit(capsuleId: string, event: ActivityEvent): void;
+  collect(capsuleId: string): Promise<CustomerAttestation[] | null>;
+  close(): void;
 }
 
 /** A managed signing authority; private keys never leave it except for the duration of `withKey`. */

@@ -329,6 +329,13 @@ export class CapsuleService {
         ? capsulefileNotFound('capsulefile_id')
         : profileNotFound('egress_profile_id');
     }
+    // Co-signing starts with the first event; every later one reaches the co-signer as it is appended.
+    const signing = def?.signing_config;
+    if (signing && this.d.cosign) {
+      this.d.cosign.open(id, signing);
+      const [first] = await this.d.store.activityPage(id, 0, 1);
+      if (first) this.d.cosign.submit(id, first);
+    }
     rowReady.open();
     this.d.webhooks.kick?.();
     this.d.log.info({ capsule_id: id, customer_id: customerId }, 'capsule created');

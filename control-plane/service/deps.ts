@@ -14,6 +14,7 @@ import type {
   Random,
   SecretBox,
   SignerPort,
+  CosignPort,
   Store,
   Tier,
   TierTable,
@@ -89,6 +90,8 @@ export interface Deps {
   log: Log;
   /** Managed signing authority; absent = a fresh ephemeral key per proof. */
   signer?: SignerPort | null;
+  /** Customer co-signing of activity events (Capsulefile `signing_config`); absent = not offered. */
+  cosign?: CosignPort | null;
   /** Hash/verify provider for proof verification (default: the library's isomorphic one). */
   proofCrypto?: CryptoProvider;
 }

@@ -139,12 +139,14 @@ export class DestructionService {
       };
       const notDone = new Set(incompleteSteps(evidence).map((s) => s.step));
       const regulatory = regulatoryContext(this.d.regulatory, c.jurisdiction, notDone);
+      const attestations = (await this.d.cosign?.collect(c.id)) ?? null;
       const input: RecordInput = {
         capsule_id: c.id,
         created_at: c.created_at,
         destroyed_at: destroyedAt,
         evidence,
         ...trailInput(trail),
+        ...(attestations ? { customer_attestations: attestations } : {}),
         capsule_context: capsuleContext(c),
         termination,
         regulatory_context: regulatory,
@@ -221,11 +223,13 @@ export class DestructionService {
     // A command was in flight when the state was lost if the capsule was left `executing`
     // or the trail holds an ExecutionStarted that never completed.
     const wasRunning = c.status === 'executing' || trail.open_executions > 0;
+    const attestations = (await this.d.cosign?.collect(c.id)) ?? null;
     const input: PartialRecordInput = {
       capsule_id: c.id,
       created_at: c.created_at,
       reason,
       ...trailInput(trail),
+      ...(attestations ? { customer_attestations: attestations } : {}),
       ...(recoveryWipe ? { evidence: [{ runner_recovery: recoveryWipe }] } : {}),
       capsule_context: capsuleContext(c),
       termination: {

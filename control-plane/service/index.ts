@@ -1,4 +1,5 @@
 // Public entry of the service layer.
+import { withCosigning } from './cosigning.js';
 import { AccountService } from './accounts.js';
 import { KeyService } from './api-keys.js';
 import { BillingService } from './billing.js';
@@ -52,7 +53,8 @@ export interface Services {
   webhookWorker: WebhookWorker;
 }
 
-export function buildServices(d: Deps, sweepIntervalMs: number): Services {
+export function buildServices(deps: Deps, sweepIntervalMs: number): Services {
+  const d: Deps = deps.cosign ? { ...deps, store: withCosigning(deps.store, deps.cosign) } : deps;
   const webhookWorker = new WebhookWorker(d);
   d.webhooks.kick = () => webhookWorker.kick();
   const webhooks = new WebhookService(d);

@@ -25,6 +25,11 @@ export interface WebhookSenderOptions {
   resolver?: WebhookResolver;
   /** Open connections kept per receiver host. */
   maxSocketsPerHost?: number;
+  /** The only trust anchors (PEM), replacing the system roots: a customer's own CA. */
+  caPem?: string;
+  /** Client certificate and key (PEM) presented to the receiver: mutual TLS. */
+  clientCertPem?: string;
+  clientKeyPem?: string;
 }
 
 /** Bytes of a response read before the connection is dropped. */
@@ -42,14 +47,17 @@ export class HttpsWebhookSender implements WebhookSender {
   private readonly resolve: WebhookResolver;
 
   constructor(private readonly o: WebhookSenderOptions) {
-    this.ca = o.extraCaPem ? [...rootCertificates, o.extraCaPem] : undefined;
+    this.ca = o.caPem ? [o.caPem] : o.extraCaPem ? [...rootCertificates, o.extraCaPem] : undefined;
     const sockets = o.maxSocketsPerHost ?? 64;
+    const client = o.clientCertPem && o.clientKeyPem ? { cert: o.clientCertPem, key: o.clientKeyPem } : null;
     // One TLS context for every connection: parsing the system roots plus the extra anchors per
     // connection cost milliseconds of event-loop time each (measured in docs/PERFORMANCE.md).
     this.https = new HttpsAgent({
       keepAlive: true,
       maxSockets: sockets,
-      ...(this.ca ? { secureContext: createSecureContext({ ca: this.ca }) } : {}),
+      ...(this.ca || client
+        ? { secureContext: createSecureContext({ ...(this.ca ? { ca: this.ca } : {}), ...(client ?? {}) }) }
+        : {}),
     });
     this.http = new HttpAgent({ keepAlive: true, maxSockets: sockets });
     this.resolve = o.resolver ?? systemResolver;

@@ -1,7 +1,15 @@
 // Emitting the AuditRecord: the 8-step chain over the runner's evidence, the
 // activity root, canonical_hash and one Ed25519 signature. An ephemeral
 // private key is zeroized right after that one signature (also on failure).
-import type { ActivityEvent, AuditRecord, CapsuleContext, ChainStep, RegulatoryContext, Termination } from './types.js';
+import type {
+  ActivityEvent,
+  AuditRecord,
+  CapsuleContext,
+  ChainStep,
+  CustomerAttestation,
+  RegulatoryContext,
+  Termination,
+} from './types.js';
 import { ed25519PublicKey, ed25519Sign, hasher, type Hasher } from './crypto.js';
 import { chainHashes, STEP_COUNT, STEPS } from './chain.js';
 import { canonicalHashOfJcs, canonicalViewJcs } from './canonical.js';
@@ -27,7 +35,11 @@ export interface RecordInput {
   capsule_context?: CapsuleContext;
   termination?: Termination;
   regulatory_context?: RegulatoryContext;
-  internal?: Record<string, unknown>;
+  internal?: Record<
+    string,
+    unknown
+  >; /** Record-only: the customer's co-signatures, one per trail event (docs/PROOF_FORMAT.md). */
+  customer_attestations?: CustomerAttestation[];
 }
 
 export interface PartialRecordInput {
@@ -43,7 +55,11 @@ export interface PartialRecordInput {
   activity_carried?: boolean;
   capsule_context?: CapsuleContext;
   termination?: Termination;
-  internal?: Record<string, unknown>;
+  internal?: Record<
+    string,
+    unknown
+  >; /** Record-only: the customer's co-signatures, one per trail event (docs/PROOF_FORMAT.md). */
+  customer_attestations?: CustomerAttestation[];
 }
 
 /**
@@ -182,7 +198,12 @@ function finishRecord(
   doc: Record<string, unknown>,
   key: SigningKeyMaterial,
   keyId: string,
-  input: { activity: ActivityEvent[]; activity_carried?: boolean; internal?: Record<string, unknown> },
+  input: {
+    activity: ActivityEvent[];
+    activity_carried?: boolean;
+    internal?: Record<string, unknown>;
+    customer_attestations?: CustomerAttestation[];
+  },
   evidence: Record<string, unknown>[],
 ): AuditRecord {
   dropUndefined(doc);
@@ -190,6 +211,7 @@ function finishRecord(
   if (input.activity_carried !== false) doc['activity'] = input.activity;
   doc['evidence'] = evidence;
   if (input.internal !== undefined) doc['internal'] = input.internal;
+  if (input.customer_attestations !== undefined) doc['customer_attestations'] = input.customer_attestations;
   return doc as unknown as AuditRecord;
 }
 

@@ -19,6 +19,15 @@ export {
 } from './presentation.js';
 export type { VerifyOptions } from './verify.js';
 export { verdictLine, incompleteSteps, withDestruction } from './destruction.js';
+export {
+  eventHash,
+  checkCustomerAttestations,
+  customerAttestationLine,
+  CUSTOMER_ALGORITHMS,
+  type CustomerAlgorithm,
+  type CustomerVerify,
+  type CustomerAttestationReport,
+} from './customer-attestation.js';
 /** Never throws: every input gets a result. */
 export { verifyProof, systemNow, STAGE_NAMES } from './verify.js';
 export { canonicalize, tryCanonicalize, JcsError } from './jcs.js';

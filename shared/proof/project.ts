@@ -4,7 +4,7 @@
 import type { AuditProof, AuditRecord } from './types.js';
 
 /** Members only the AuditRecord carries; never in the view, never shared. */
-export const RECORD_ONLY_MEMBERS = ['activity', 'evidence', 'internal'] as const;
+export const RECORD_ONLY_MEMBERS = ['activity', 'evidence', 'internal', 'customer_attestations'] as const;
 
 export function toAuditProof(record: AuditRecord): AuditProof {
   const proof: Record<string, unknown> = {};

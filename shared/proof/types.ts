@@ -25,6 +25,16 @@ export interface ActivityEvent {
   [field: string]: unknown;
 }
 
+/**
+ * The customer's co-signature of one activity event (docs/PROOF_FORMAT.md
+ * "Customer co-signatures"): record-only, outside the canonical view and the
+ * leaf hash. `event_hash` is `sha512:` + hex SHA-512 of JCS(event); the
+ * signature (base64) is over the UTF-8 bytes of that string.
+ */
+export type CustomerAttestation =
+  | { seq: number; event_hash: string; algorithm: 'Ed25519' | 'RSA-PSS-SHA256'; signature: string }
+  | { seq: number; event_hash: string; status: 'missing' };
+
 /** A destruction step that did not fully happen, and why (docs/PROOF_FORMAT.md "Destruction status"). */
 export interface IncompleteStep {
   step: number;
@@ -91,6 +101,8 @@ export interface AuditRecord extends AuditProof {
   evidence: Record<string, unknown>[];
   /** Internal ids (account, runner node, ...), never in the view or the AuditProof. */
   internal?: Record<string, unknown>;
+  /** One per trail event when the capsule's Capsulefile declared `signing_config`. */
+  customer_attestations?: CustomerAttestation[];
 }
 
 export type FailureType =

@@ -10,6 +10,8 @@ import {
 } from '../../control-plane/capsulefile/index.js';
 import { canonicalize } from '../../shared/proof/index.js';
 
+const SIGNER_PUB =
+  '-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAL1zRTjvhYOEFn/HpUkqKnmvUCkEj8BWEbNG4JiKS2mo=\n-----END PUBLIC KEY-----\n';
 const sha = (s: string): string => `sha512:${createHash('sha512').update(s).digest('hex')}`;
 
 const full: CapsulefileDefinition = parseDefinition({
@@ -25,7 +27,7 @@ const full: CapsulefileDefinition = parseDefinition({
   mcp_policy: { allowed_tools: ['search'], prohibited_tools: ['delete_record'] },
   tls_pinned_certs: [{ host: 'api.example.com', cert_sha256: 'ab'.repeat(32) }],
   tls_ocsp_check: true,
-  signing_config: { endpoint: 'https://signer.example.com/sign' },
+  signing_config: { endpoint: 'https://signer.example.com/sign', algorithm: 'Ed25519', public_key: SIGNER_PUB },
 });
 const files: CapsulefileFileEntry[] = [
   { filename: 'main.py', size_bytes: 9, sha512: sha('print(1)\n') },
@@ -60,7 +62,7 @@ t.test('every definition field changes the hash', async (t) => {
     mcp_policy: { allowed_tools: ['search'] },
     tls_pinned_certs: [{ host: 'api.example.com', cert_sha256: 'cd'.repeat(32) }],
     tls_ocsp_check: false,
-    signing_config: { endpoint: 'https://signer.example.com/sign2' },
+    signing_config: { endpoint: 'https://signer.example.com/sign2', algorithm: 'Ed25519', public_key: SIGNER_PUB },
   };
   const seen = new Set([base]);
   for (const f of DEFINITION_FIELDS) {

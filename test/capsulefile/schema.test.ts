@@ -35,7 +35,16 @@ t.test('required fields and unknown fields are named', async (t) => {
   refuses(t, { ...base, mcp_policy: { allowed_tools: ['a'], extra: 1 } }, 'mcp_policy.extra', /unknown field/);
   refuses(
     t,
-    { ...base, signing_config: { endpoint: 'https://a.example', key: 'x' } },
+    {
+      ...base,
+      signing_config: {
+        endpoint: 'https://a.example',
+        algorithm: 'Ed25519',
+        public_key:
+          '-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAL1zRTjvhYOEFn/HpUkqKnmvUCkEj8BWEbNG4JiKS2mo=\n-----END PUBLIC KEY-----\n',
+        key: 'x',
+      },
+    },
     'signing_config.key',
     /unknown field/,
   );
@@ -110,6 +119,33 @@ t.test('env_vars, packages, mcp_policy, TLS and signing shapes', async (t) => {
   );
   refuses(t, { ...base, signing_config: { endpoint: 'https://u:p@signer.example.com' } }, 'signing_config.endpoint');
   refuses(t, { ...base, signing_config: {} }, 'signing_config.endpoint', /is required/);
+  const signing = {
+    endpoint: 'https://signer.example.com',
+    algorithm: 'Ed25519',
+    public_key:
+      '-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAL1zRTjvhYOEFn/HpUkqKnmvUCkEj8BWEbNG4JiKS2mo=\n-----END PUBLIC KEY-----\n',
+  };
+  refuses(t, { ...base, signing_config: { ...signing, algorithm: 'ECDSA' } }, 'signing_config.algorithm');
+  refuses(
+    t,
+    { ...base, signing_config: { ...signing, public_key: 'ssh-ed25519 AAAA' } },
+    'signing_config.public_key',
+    /PEM/,
+  );
+  refuses(
+    t,
+    {
+      ...base,
+      signing_config: {
+        ...signing,
+        ca_cert:
+          '-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAL1zRTjvhYOEFn/HpUkqKnmvUCkEj8BWEbNG4JiKS2mo=\n-----END PUBLIC KEY-----\n',
+      },
+    },
+    'signing_config.ca_cert',
+    /CERTIFICATE/,
+  );
+  t.ok(parseDefinition({ ...base, signing_config: signing }), 'endpoint, algorithm and public key; ca_cert optional');
 });
 
 t.test('egress entries: hostnames, IPs and CIDRs', async (t) => {

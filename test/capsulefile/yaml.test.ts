@@ -31,6 +31,11 @@ mcp_policy:
   allowed_tools: [search]
 signing_config:
   endpoint: https://signer.example.com/sign
+  algorithm: Ed25519
+  public_key: |
+    -----BEGIN PUBLIC KEY-----
+    MCowBQYDK2VwAyEAL1zRTjvhYOEFn/HpUkqKnmvUCkEj8BWEbNG4JiKS2mo=
+    -----END PUBLIC KEY-----
 files:
   - main.py
   - helpers.py
@@ -48,7 +53,12 @@ files:
     env_vars: { MODE: 'strict' },
     packages: { apt: ['python3'] },
     mcp_policy: { allowed_tools: ['search'] },
-    signing_config: { endpoint: 'https://signer.example.com/sign' },
+    signing_config: {
+      endpoint: 'https://signer.example.com/sign',
+      algorithm: 'Ed25519',
+      public_key:
+        '-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAL1zRTjvhYOEFn/HpUkqKnmvUCkEj8BWEbNG4JiKS2mo=\n-----END PUBLIC KEY-----\n',
+    },
   });
   t.same(parseCapsulefileYaml(enc(`\ufeff${head}`)).files, [], 'a UTF-8 BOM is accepted; files are optional');
 });

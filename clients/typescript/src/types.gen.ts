@@ -206,6 +206,9 @@ export type CapsulefilePatch = {
   };
   signing_config?: {
     endpoint: string;
+    algorithm: "Ed25519" | "RSA-PSS-SHA256";
+    public_key: string;
+    ca_cert?: string;
   };
   tls_pinned_certs?: Array<{
     host: string;
@@ -234,6 +237,9 @@ export type CapsulefileRequest = {
   };
   signing_config?: {
     endpoint: string;
+    algorithm: "Ed25519" | "RSA-PSS-SHA256";
+    public_key: string;
+    ca_cert?: string;
   };
   tls_pinned_certs?: Array<{
     host: string;

@@ -1,0 +1,20 @@
+// Customer co-signing hooked into the trail: every event a capsule's trail
+// gains (whichever use case appends it) is handed to the co-signer when the
+// capsule has a co-signing session. The store is wrapped, not the call sites,
+// so no event can be appended without being offered for a signature.
+import type { CosignPort, Store } from '../domain/index.js';
+
+export function withCosigning(store: Store, cosign: CosignPort): Store {
+  const append: Store['appendActivity'] = async (capsuleId, type, at, fields, side) => {
+    const ev = await store.appendActivity(capsuleId, type, at, fields, side);
+    if (ev && cosign.isOpen(capsuleId)) cosign.submit(capsuleId, ev);
+    return ev;
+  };
+  return new Proxy(store, {
+    get(target, prop) {
+      if (prop === 'appendActivity') return append;
+      const v: unknown = Reflect.get(target, prop, target);
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+}
