@@ -5,7 +5,11 @@
 // two-phase signing: proofs buffered while the key file does not parse, and
 // how fast the sweeper's pass signs them once it is back. Figures are
 // printed, never asserted (target: managed destroy p50 <= 1.1x ephemeral).
-//   flags: --rounds=60 --buffered=50 --driver=sqlite (rounds and buffered at most 90: one Free account each)
+// Last, customer co-signing: exec p50 in capsules pinned to a Capsulefile
+// with signing_config (a local mutual-TLS Ed25519 signer) against the same
+// Capsulefile without it (target: unchanged within noise; signing is off the
+// request path).
+//   flags: --rounds=60 --buffered=50 --execs=200 --driver=sqlite (rounds and buffered at most 90: one Free account each)
 import { generateKeyPairSync } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,12 +17,14 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { startRunner } from '../test/helpers/runner.js';
 import { start, type Api, type Driver } from '../test/control-plane/harness.js';
+import { pki, startSigner } from '../test/helpers/cosign-signer.js';
 
 const arg = (name: string, dflt: string): string =>
   process.argv.find((x) => x.startsWith(`--${name}=`))?.slice(name.length + 3) ?? dflt;
 const ROUNDS = Number(arg('rounds', '60'));
 const BUFFERED = Number(arg('buffered', '50'));
 const DRIVER = arg('driver', 'sqlite') as Driver;
+const EXECS = Number(arg('execs', '200'));
 
 const pct = (xs: number[], p: number): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -96,11 +102,80 @@ async function main(): Promise<void> {
     console.log(`two-phase (${BUFFERED} destroys while the key did not parse):`);
     console.log(`  buffered destroy (503) p50 ${f1(pct(buffered, 50))} ms  p99 ${f1(pct(buffered, 99))} ms`);
     console.log(`  phase 2: ${BUFFERED} proofs signed and stored in ${f1(ms)} ms (${f1(ms / BUFFERED)} ms each)`);
+    await cosignOverhead(runner.client, dir);
   } finally {
     await man.close();
     await eph.close();
     await runner.stop();
     rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Exec p50 with and without co-signing, execs interleaved between the two capsules. */
+async function cosignOverhead(runnerClient: Parameters<typeof start>[1], dir: string): Promise<void> {
+  const p = pki(dir);
+  p.ca('operator-ca');
+  p.ca('customer-ca');
+  p.leaf('operator', 'operator-ca', 'extendedKeyUsage=clientAuth\n');
+  p.leaf('signer', 'customer-ca', 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n');
+  const ed = generateKeyPairSync('ed25519');
+  const signer = await startSigner(p.read('signer.key'), p.read('signer.pem'), p.read('operator-ca.pem'), {
+    ed: ed.privateKey,
+  });
+  const s = await start(DRIVER, runnerClient, {
+    CAPSULE_RATE_LIMITS: 'off',
+    CAPSULE_WEBHOOK_ALLOW_PRIVATE: '1',
+    CAPSULE_COSIGN_CLIENT_CERT_FILE: p.path('operator.pem'),
+    CAPSULE_COSIGN_CLIENT_KEY_FILE: p.path('operator.key'),
+  });
+  try {
+    const key = (await s.api.signup()).key;
+    const pinned = async (name: string, signing: Record<string, unknown> | null): Promise<string> => {
+      const def = { name, runtime: 'sh', entrypoint: 'true', ...(signing ? { signing_config: signing } : {}) };
+      const cf = await s.api.req('POST', '/v1/capsulefiles', { key, json: def });
+      await s.api.req('POST', `/v1/capsulefiles/${cf.body.id}/finalize`, { key });
+      const c = await s.api.req('POST', '/v1/capsules', { key, json: { capsulefile_id: cf.body.id } });
+      if (c.status !== 201) throw new Error(`create: ${c.status} ${c.text}`);
+      return c.body.id as string;
+    };
+    const plain = await pinned('plain', null);
+    const cosigned = await pinned('cosigned', {
+      endpoint: signer.url('/ed'),
+      algorithm: 'Ed25519',
+      public_key: ed.publicKey.export({ format: 'pem', type: 'spki' }).toString(),
+      ca_cert: p.read('customer-ca.pem'),
+    });
+    const times = { plain: [] as number[], cosigned: [] as number[] };
+    for (let i = 0; i < EXECS; i++) {
+      for (const [mode, id] of i % 2 === 0
+        ? ([
+            ['plain', plain],
+            ['cosigned', cosigned],
+          ] as const)
+        : ([
+            ['cosigned', cosigned],
+            ['plain', plain],
+          ] as const)) {
+        const t0 = performance.now();
+        const r = await s.api.req('POST', `/v1/capsules/${id}/exec`, { key, json: { command: 'true' } });
+        times[mode].push(performance.now() - t0);
+        if (r.status !== 200) throw new Error(`exec: ${r.status} ${r.text}`);
+      }
+    }
+    const d = await s.api.req('DELETE', `/v1/capsules/${cosigned}`, { key });
+    const att = (d.body.cdp.customer_attestations ?? []) as { signature?: string }[];
+    await s.api.req('DELETE', `/v1/capsules/${plain}`, { key });
+    const a = pct(times.plain, 50);
+    const b = pct(times.cosigned, 50);
+    console.log(`co-signing (${EXECS} execs each, interleaved, local mutual-TLS Ed25519 signer):`);
+    console.log(`  exec p50 without ${f1(a)} ms, with ${f1(b)} ms: ${(b / a).toFixed(2)}x`);
+    console.log(`  exec p99 without ${f1(pct(times.plain, 99))} ms, with ${f1(pct(times.cosigned, 99))} ms`);
+    console.log(
+      `  ${att.filter((x) => x.signature).length} of ${att.length} events co-signed (${signer.seen.length} signer calls)`,
+    );
+  } finally {
+    await s.close();
+    await signer.close();
   }
 }
 
