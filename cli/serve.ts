@@ -1,6 +1,6 @@
 // `capsule serve [--port N] [--data-dir DIR] [--runner-socket PATH]`
 // Starts the control plane. Unless pointed at a separately started runner
-// (--runner-socket or CAPSULE_RUNNER_SOCKET), it spawns a local runner child
+// (--runner-socket or CAPSULE_RUNNER_SOCKET, or a network runner over mutual TLS with CAPSULE_RUNNERS), it spawns a local runner child
 // (dist/sandbox-runner/main.js) whose socket and state live under
 // /run/capsule-runner/<hash of the data dir>, so that this one command is a working single-node install.
 // That runner dies with serve (parent-death signal and a parent-pid watch); if it dies on its own,
@@ -171,10 +171,11 @@ export async function main(argv: string[]): Promise<number> {
     );
   let child: ChildProcess | null = null;
   let socket = config.runnerSocket;
-  const local = !socket;
-  if (!socket) ({ child, socket } = await spawnRunner(config.dataDir, config.procSwaps));
-  const sock = socket;
-  const runner = new ReconnectingRunner(() => new RunnerClient(sock));
+  const remote = config.remoteRunner;
+  const local = !socket && !remote;
+  if (local) ({ child, socket } = await spawnRunner(config.dataDir, config.procSwaps));
+  const target = remote ?? socket!;
+  const runner = new ReconnectingRunner(() => new RunnerClient(target));
   const cp = await startControlPlane(config, runner);
   runner.onReconnect(() => cp.services.recovery.reset());
   process.stdout.write(

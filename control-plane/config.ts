@@ -6,6 +6,7 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import type { RunnerTlsTarget } from '../shared/node/runner-client.js';
 import { PROC_SWAPS } from '../shared/node/swaps.js';
 import { FREE_LIMITS, type PaidTierTable, type PriceTable } from './domain/index.js';
 import { METERED, toMicros, TIERS } from './domain/index.js';
@@ -29,6 +30,11 @@ export interface Config {
   database: DatabaseConfig;
   /** Unix socket of a separately started runner; null = `capsule serve` spawns one. */
   runnerSocket: string | null;
+  /**
+   * CAPSULE_RUNNERS=host:port with CAPSULE_RUNNER_CLIENT_CA_FILE, _CERT_FILE and _KEY_FILE:
+   * a runner on another machine over mutual TLS (`capsule serve` then spawns none).
+   */
+  remoteRunner: RunnerTlsTarget | null;
   /** Public base URL; null = derived from the listening address at start. */
   baseUrl: string | null;
   /** Error docs root (`{docs_url}/errors/<code>`); null = `{base_url}/docs`. */
@@ -165,6 +171,42 @@ function webhookConfig(env: NodeJS.ProcessEnv): WebhookConfig {
     pollMs: intEnv(env, 'CAPSULE_WEBHOOK_POLL_MS', 500, 10, 60_000),
     cosignClient: cosignClient(env),
     cosignTimeoutMs: intEnv(env, 'CAPSULE_COSIGN_TIMEOUT_MS', 5000, 100, 60_000),
+  };
+}
+
+/** The mutual-TLS runner address and this control plane's client material (docs/CONTROL_PLANE.md "Runner over TLS"). */
+function remoteRunner(env: NodeJS.ProcessEnv): RunnerTlsTarget | null {
+  const raw = env.CAPSULE_RUNNERS;
+  const files = ['CAPSULE_RUNNER_CLIENT_CA_FILE', 'CAPSULE_RUNNER_CLIENT_CERT_FILE', 'CAPSULE_RUNNER_CLIENT_KEY_FILE'];
+  if (!raw) {
+    const stray = files.find((f) => env[f]);
+    if (stray) throw new ConfigError(`${stray}: only with CAPSULE_RUNNERS`);
+    return null;
+  }
+  if (raw.includes(',') || raw.startsWith('dns:'))
+    throw new ConfigError('CAPSULE_RUNNERS: one host:port in this release (several runners are not supported yet)');
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s]+)):(\d{1,5})$/.exec(raw);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port < 1 || port > 65535)
+    throw new ConfigError(`CAPSULE_RUNNERS: expected host:port, got ${JSON.stringify(raw)}`);
+  const read = (name: string, marker: RegExp): string => {
+    const file = env[name];
+    if (!file) throw new ConfigError(`${name}: required with CAPSULE_RUNNERS (no plaintext runner over the network)`);
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`${name} (${file}): ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (!marker.test(text)) throw new ConfigError(`${name} (${file}): no PEM block of the expected type`);
+    return text;
+  };
+  return {
+    host: (m[1] ?? m[2])!,
+    port,
+    ca: read('CAPSULE_RUNNER_CLIENT_CA_FILE', /-----BEGIN CERTIFICATE-----/),
+    cert: read('CAPSULE_RUNNER_CLIENT_CERT_FILE', /-----BEGIN CERTIFICATE-----/),
+    key: read('CAPSULE_RUNNER_CLIENT_KEY_FILE', /-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----/),
   };
 }
 
@@ -540,6 +582,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     dataDir,
     database,
     runnerSocket: over.runnerSocket !== undefined ? over.runnerSocket : env.CAPSULE_RUNNER_SOCKET || null,
+    remoteRunner: remoteRunner(env),
     baseUrl,
     docsUrl: env.CAPSULE_DOCS_URL ? env.CAPSULE_DOCS_URL.replace(/\/$/, '') : null,
     region: env.CAPSULE_REGION ?? 'local',

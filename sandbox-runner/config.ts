@@ -3,6 +3,7 @@
 // Nothing else in the runner reads process.env.
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PROC_SWAPS } from '../shared/node/swaps.js';
@@ -65,12 +66,78 @@ export interface RunnerConfig {
    * writes that can meet ENOSPC, stated in the evidence); tests use it.
    */
   wipeSparseHelper: boolean;
+  /** CAPSULE_RUNNER_LISTEN=host:port with CAPSULE_RUNNER_TLS_CA/_CERT/_KEY: the mutual-TLS listener; null = Unix socket only. */
+  listen: { host: string; port: number; ca: string; cert: string; key: string } | null;
+  /** CAPSULE_RUNNER_NODE_ID (default: the host name): how control planes name this runner. */
+  nodeId: string;
+  /** CAPSULE_RUNNER_LABELS=k=v,k=v: placement labels reported to control planes. */
+  labels: Record<string, string>;
 }
 
 export class ConfigError extends Error {}
 
+/** host:port (IPv6 in brackets); port 0 picks a free one (tests). */
+function parseListen(raw: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s]+)):(\d{1,5})$/.exec(raw);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new ConfigError(`listen: expected host:port, got ${JSON.stringify(raw)}`);
+  return { host: (m[1] ?? m[2])!, port };
+}
+
+function readPem(m: Map<Key, string>, k: Key, marker: RegExp): string {
+  const path = m.get(k);
+  if (!path) throw new ConfigError(`${k}: required with listen (env CAPSULE_RUNNER_${k.toUpperCase()})`);
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new ConfigError(`${k}: cannot read ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  if (!marker.test(text)) throw new ConfigError(`${k}: ${path} holds no PEM block of the expected type`);
+  return text;
+}
+
+function listenConfig(m: Map<Key, string>): RunnerConfig['listen'] {
+  const raw = m.get('listen');
+  if (raw === undefined) {
+    for (const k of ['tls_ca', 'tls_cert', 'tls_key'] as const)
+      if (m.has(k)) throw new ConfigError(`${k}: only with listen (the Unix socket needs no TLS)`);
+    return null;
+  }
+  return {
+    ...parseListen(raw),
+    ca: readPem(m, 'tls_ca', /-----BEGIN CERTIFICATE-----/),
+    cert: readPem(m, 'tls_cert', /-----BEGIN CERTIFICATE-----/),
+    key: readPem(m, 'tls_key', /-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----/),
+  };
+}
+
+function labelsOf(raw: string | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (raw === undefined) return out;
+  for (const part of raw.split(',')) {
+    const [k, v, ...rest] = part.split('=');
+    if (
+      !k ||
+      v === undefined ||
+      rest.length > 0 ||
+      !/^[a-z0-9][a-z0-9._/-]{0,62}$/.test(k) ||
+      !/^[A-Za-z0-9._-]{0,63}$/.test(v)
+    )
+      throw new ConfigError(`labels: expected key=value[,key=value], got ${JSON.stringify(part)}`);
+    out[k] = v;
+  }
+  return out;
+}
+
 const KEYS = [
   'socket',
+  'listen',
+  'tls_ca',
+  'tls_cert',
+  'tls_key',
+  'node_id',
+  'labels',
   'state_dir',
   'uid_base',
   'uid_count',
@@ -202,7 +269,12 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
   if (parent !== undefined && parent !== '0' && parent !== '1') throw new ConfigError('exit_with_parent: 0 or 1');
   const sparse = m.get('wipe_sparse_helper');
   if (sparse !== undefined && sparse !== '0' && sparse !== '1') throw new ConfigError('wipe_sparse_helper: 0 or 1');
+  const nodeId = m.get('node_id') ?? hostname();
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/.test(nodeId)) throw new ConfigError('node_id: letters, digits, . _ - only');
   return {
+    listen: listenConfig(m),
+    nodeId,
+    labels: labelsOf(m.get('labels')),
     socketPath,
     stateDir,
     uidBase,

@@ -15,7 +15,8 @@ import { bwrapVersion, hostFacts, nsInodes, swapActive } from './host.js';
 import { recoverCapsules } from './recovery.js';
 import { compilePolicy, loadPolicy, PolicyError } from './seccomp.js';
 import { prepareEtc, procMaskArgs } from './sandbox.js';
-import { startServer } from './server.js';
+import { startServer, startTlsServer } from './server.js';
+import type { AddressInfo } from 'node:net';
 import { isMounted, Mounter } from './tmpfs.js';
 import { UidPool } from './uids.js';
 
@@ -129,7 +130,7 @@ async function main(): Promise<void> {
     seccompPath,
     procMask,
   });
-  const server = await startServer(config.socketPath, {
+  const serverDeps = {
     manager,
     maxBodyBytes: Math.max(config.bounds.maxUploadBytes, config.bounds.maxReadBytes),
     hello: () => ({
@@ -137,8 +138,17 @@ async function main(): Promise<void> {
       host: { ...facts, swap_active: swapActive(config.procSwaps) },
       capacity: manager.capacity(cgroups.runnerUsageBytes()),
       lost,
+      node_id: config.nodeId,
+      labels: config.labels,
     }),
-  });
+  };
+  const server = await startServer(config.socketPath, serverDeps);
+  const l = config.listen;
+  const tlsServer = l ? await startTlsServer(l.host, l.port, l, serverDeps) : null;
+  if (tlsServer) {
+    const a = tlsServer.address() as AddressInfo;
+    process.stdout.write(`listening tls ${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}\n`);
+  }
   let stopping = false;
   stop = (): void => {
     if (stopping) return;
@@ -150,6 +160,7 @@ async function main(): Promise<void> {
       process.exit(1);
     }, STOP_DEADLINE_MS).unref();
     server.close();
+    tlsServer?.close();
     void (async () => {
       await manager.shutdown().catch(() => undefined);
       await mounter.unmount(etcRoot).catch(() => undefined);

@@ -1,8 +1,12 @@
-// Unix-socket server of the runner protocol: decodes frames, dispatches
-// RunnerMethods to the capsule manager, encodes {id, ok, result|error}.
-// Internal error details are logged to stderr, never sent with customer data.
+// Server of the runner protocol: decodes frames, dispatches RunnerMethods to
+// the capsule manager, encodes {id, ok, result|error}. Served on a 0600 Unix
+// socket (the local control plane) and, when configured, on TCP with mutual
+// TLS only (control planes on other machines, each with a client certificate
+// from the operator's CA). Internal error details are logged to stderr, never
+// sent with customer data.
 import { chmodSync, rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
+import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
 import { DEFAULT_FRAME_LIMITS, encodeFrame, FrameDecoder } from '../shared/node/framing.js';
 import {
   describeIssue,
@@ -52,10 +56,11 @@ function dispatch<K extends keyof RunnerMethods>(
   return table[method](parsed.data, body);
 }
 
-export function startServer(socketPath: string, d: ServerDeps): Promise<Server> {
+/** One connection's frame loop (the same over the Unix socket and over TLS). */
+function connectionHandler(d: ServerDeps): (sock: Socket) => void {
   const table = handlers(d);
   const limits = { ...DEFAULT_FRAME_LIMITS, maxBodyBytes: d.maxBodyBytes };
-  const server = createServer((sock: Socket) => {
+  return (sock: Socket) => {
     const decoder = new FrameDecoder(limits);
     const send = (header: Record<string, unknown>, body: Buffer | null = null): void => {
       if (sock.destroyed) return;
@@ -121,7 +126,11 @@ export function startServer(socketPath: string, d: ServerDeps): Promise<Server> 
       }
     });
     sock.on('error', () => sock.destroy());
-  });
+  };
+}
+
+export function startServer(socketPath: string, d: ServerDeps): Promise<Server> {
+  const server = createServer(connectionHandler(d));
   rmSync(socketPath, { force: true });
   return new Promise((resolve, reject) => {
     server.once('error', reject);
@@ -132,5 +141,37 @@ export function startServer(socketPath: string, d: ServerDeps): Promise<Server> 
       chmodSync(socketPath, 0o600);
       resolve(server);
     });
+  });
+}
+
+/** PEM material of the TLS listener: the operator's CA (clients must chain to it), this runner's certificate and key. */
+export interface TlsMaterial {
+  ca: string;
+  cert: string;
+  key: string;
+}
+
+/**
+ * The TCP listener: TLS 1.3 only, a client certificate issued by the
+ * operator's CA required (no plaintext, no anonymous clients).
+ */
+export function startTlsServer(host: string, port: number, tls: TlsMaterial, d: ServerDeps): Promise<TlsServer> {
+  const handle = connectionHandler(d);
+  const server = createTlsServer(
+    {
+      ca: tls.ca,
+      cert: tls.cert,
+      key: tls.key,
+      requestCert: true,
+      rejectUnauthorized: true,
+      minVersion: 'TLSv1.3',
+    },
+    (sock) => handle(sock),
+  );
+  // A failed handshake (wrong CA, no certificate) closes that socket only.
+  server.on('tlsClientError', (_e, sock) => sock.destroy());
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => resolve(server));
   });
 }

@@ -56,6 +56,9 @@ export interface RunnerHello {
   capacity?: RunnerCapacity;
   /** Capsules found at runner start from before a crash; wiped and removed already. */
   lost: LostCapsule[];
+  /** How control planes name this runner, and its placement labels (absent from older runners). */
+  node_id?: string;
+  labels?: Record<string, string>;
 }
 
 export interface LostCapsule {

@@ -1,8 +1,12 @@
-// RunnerPort over the runner's Unix socket. Requests are multiplexed by id on
-// one connection; a response frame is {id, ok, result | error}. No reconnect:
+// RunnerPort over the runner's Unix socket, or over TCP with mutual TLS (a
+// runner on another machine: the client presents the control plane's
+// certificate and accepts only a runner certificate from the operator's CA).
+// Requests are multiplexed by id on one connection; a response frame is
+// {id, ok, result | error}. No reconnect:
 // once the connection is gone every pending and later call fails with
 // RunnerError('unavailable').
 import { createConnection, type Socket } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import {
   RunnerError,
   type CreateCapsuleRequest,
@@ -31,6 +35,16 @@ const ERROR_CODES: ReadonlySet<string> = new Set<RunnerErrorCode>([
   'internal',
 ]);
 
+/** A runner reached over TCP with mutual TLS: its address and this client's PEM material. */
+export interface RunnerTlsTarget {
+  host: string;
+  port: number;
+  /** The operator's CA: the runner's certificate must chain to it and name `host`. */
+  ca: string;
+  cert: string;
+  key: string;
+}
+
 interface Pending {
   resolve: (v: { result: unknown; body: Buffer }) => void;
   reject: (e: RunnerError) => void;
@@ -44,7 +58,8 @@ export class RunnerClient implements RunnerPort {
   private closed = false;
 
   constructor(
-    private readonly socketPath: string,
+    /** A Unix socket path, or a mutual-TLS address. */
+    private readonly target: string | RunnerTlsTarget,
     private readonly limits: FrameLimits = DEFAULT_FRAME_LIMITS,
   ) {}
 
@@ -127,9 +142,19 @@ export class RunnerClient implements RunnerPort {
     if (this.socket) return Promise.resolve(this.socket);
     if (this.connecting) return this.connecting;
     this.connecting = new Promise<Socket>((resolve, reject) => {
-      const s = createConnection(this.socketPath);
+      const t = this.target;
+      const s =
+        typeof t === 'string'
+          ? createConnection(t)
+          : tlsConnect({
+              host: t.host,
+              port: t.port,
+              ca: t.ca,
+              ...(t.cert && t.key ? { cert: t.cert, key: t.key } : {}),
+              minVersion: 'TLSv1.3',
+            });
       const decoder = new FrameDecoder(this.limits);
-      s.once('connect', () => {
+      s.once(typeof t === 'string' ? 'connect' : 'secureConnect', () => {
         this.socket = s;
         this.connecting = null;
         resolve(s);
@@ -149,7 +174,8 @@ export class RunnerClient implements RunnerPort {
       s.on('error', (err) => {
         if (this.connecting) {
           this.connecting = null;
-          reject(new RunnerError('unavailable', `cannot reach runner at ${this.socketPath}: ${err.message}`));
+          const where = typeof this.target === 'string' ? this.target : `${this.target.host}:${this.target.port}`;
+          reject(new RunnerError('unavailable', `cannot reach runner at ${where}: ${err.message}`));
         }
       });
       s.on('close', () => {

@@ -36,6 +36,8 @@ export interface StartedRunner {
   process: ChildProcess;
   /** stderr of the runner so far. */
   stderr(): string;
+  /** stdout up to and including its ready line (and the TLS listener's address when configured). */
+  stdout(): string;
   /** SIGTERM (graceful: destroys capsules), wait for exit, clean up temp state. */
   stop(): Promise<void>;
   /** SIGKILL without cleanup (crash simulation); keeps state dir and uid block. */
@@ -100,8 +102,8 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
   child.stderr!.on('data', (b: Buffer) => {
     err += b.toString();
   });
+  let out = '';
   await new Promise<void>((resolve, reject) => {
-    let out = '';
     const onExit = (code: number | null): void =>
       reject(new Error(`runner exited (${code}) before ready: ${err.trim()}`));
     child.once('exit', onExit);
@@ -125,6 +127,7 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
     uidBlock,
     process: child,
     stderr: () => err,
+    stdout: () => out,
     async stop() {
       await client.close();
       child.kill('SIGTERM');
