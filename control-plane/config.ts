@@ -35,6 +35,8 @@ export interface Config {
    * a runner on another machine over mutual TLS (`capsule serve` then spawns none).
    */
   remoteRunner: RunnerTlsTarget | null;
+  /** CAPSULE_METRICS_TOKEN: bearer token for `GET /metrics`; null = unauthenticated (keep it off public networks). */
+  metricsToken: string | null;
   /** Public base URL; null = derived from the listening address at start. */
   baseUrl: string | null;
   /** Error docs root (`{docs_url}/errors/<code>`); null = `{base_url}/docs`. */
@@ -583,6 +585,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     database,
     runnerSocket: over.runnerSocket !== undefined ? over.runnerSocket : env.CAPSULE_RUNNER_SOCKET || null,
     remoteRunner: remoteRunner(env),
+    metricsToken: env.CAPSULE_METRICS_TOKEN || null,
     baseUrl,
     docsUrl: env.CAPSULE_DOCS_URL ? env.CAPSULE_DOCS_URL.replace(/\/$/, '') : null,
     region: env.CAPSULE_REGION ?? 'local',

@@ -15,6 +15,7 @@ import { TierTable } from './domain/index.js';
 import {
   capConnectionsPerSource,
   createApp,
+  createMetrics,
   RateLimiter,
   servedRoutes,
   type ConnectionGuard,
@@ -198,11 +199,13 @@ export async function startControlPlane(
     random,
     logger,
     limiter: new RateLimiter(() => clock.nowMs()),
+    metrics: createMetrics(runner),
     options: {
       docsUrl,
       rateLimits: config.rateLimits,
       version: config.version,
       http: h,
+      metricsToken: config.metricsToken,
     },
   });
   server.on('request', app.callback());

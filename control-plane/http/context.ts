@@ -6,12 +6,15 @@ import type { HttpLimits } from '../config.js';
 import type { Caller, Clock, Random, Store } from '../domain/index.js';
 import type { Services } from '../service/index.js';
 import type { RateLimiter } from './rate-limit.js';
+import type { HttpMetrics } from './metrics.js';
 
 export interface HttpOptions {
   docsUrl: string;
   rateLimits: boolean;
   version: string;
   http: HttpLimits;
+  /** CAPSULE_METRICS_TOKEN: the bearer token `GET /metrics` requires; null = open (scraped inside the cluster). */
+  metricsToken: string | null;
 }
 
 export interface AppDeps {
@@ -23,6 +26,7 @@ export interface AppDeps {
   logger: Logger;
   options: HttpOptions;
   limiter: RateLimiter;
+  metrics: HttpMetrics;
 }
 
 export interface State {

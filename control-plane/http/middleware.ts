@@ -56,10 +56,12 @@ export function requestContext(d: AppDeps): Mw {
         );
     } finally {
       const ms = Number(process.hrtime.bigint() - started) / 1e6;
+      const route = (ctx as { _matchedRoute?: string })._matchedRoute ?? null;
+      d.metrics.observe(ctx.method, route, ctx.status, ms / 1000);
       ctx.state.log.info(
         {
           method: ctx.method,
-          route: (ctx as { _matchedRoute?: string })._matchedRoute ?? null,
+          route,
           status: ctx.status,
           ms: Math.round(ms * 10) / 10,
         },

@@ -164,6 +164,16 @@ export const OPERATIONS: Operation[] = [
   },
   {
     method: 'get',
+    path: '/metrics',
+    operationId: 'metrics',
+    summary: 'Prometheus metrics (text exposition format; bearer CAPSULE_METRICS_TOKEN when the operator set one)',
+    tag: 'service',
+    auth: false,
+    responses: { 200: { media: 'text/plain', description: 'Prometheus text exposition format 0.0.4' } },
+    errors: [401, 429],
+  },
+  {
+    method: 'get',
     path: '/v1/health/ready',
     operationId: 'ready',
     summary: 'Readiness (database and runner)',

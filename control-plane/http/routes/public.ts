@@ -1,5 +1,6 @@
 // Public (no key) routes, each limited per source IP: sign-up, contact,
-// verification, keys, health and the error documentation pages.
+// verification, keys, health, metrics and the error documentation pages.
+import { createHash, timingSafeEqual } from 'node:crypto';
 import Router from '@koa/router';
 import { ApiError, invalid } from '../../../shared/errors.js';
 import { contactSchema, parseBody, parseJsonObject, signupSchema } from '../../domain/index.js';
@@ -102,6 +103,14 @@ export function publicRoutes(d: AppDeps): Router {
     ctx.body = openapi;
   });
 
+  r.get('/metrics', health, async (ctx: Ctx) => {
+    const token = d.options.metricsToken;
+    if (token !== null && !bearerMatches(ctx.get('authorization'), token))
+      throw new ApiError('invalid_api_key', 'metrics need the operator bearer token (CAPSULE_METRICS_TOKEN)');
+    ctx.type = d.metrics.registry.contentType;
+    ctx.body = await d.metrics.registry.metrics();
+  });
+
   r.get('/v1/health/ready', health, async (ctx: Ctx) => {
     const checks = { database: 'ok', runner: 'ok' };
     await within(d.store.ping(), 2000).catch(() => {
@@ -151,4 +160,13 @@ export function publicRoutes(d: AppDeps): Router {
   });
 
   return r;
+}
+
+/** Constant-time comparison of `Authorization: Bearer <token>` with the operator's token. */
+function bearerMatches(header: string, token: string): boolean {
+  const got = createHash('sha256')
+    .update(header.replace(/^Bearer\s+/i, ''))
+    .digest();
+  const want = createHash('sha256').update(token).digest();
+  return /^Bearer\s+/i.test(header) && timingSafeEqual(got, want);
 }

@@ -1,0 +1,75 @@
+// Prometheus metrics of one control plane (`GET /metrics`, text exposition
+// format): request rate and latency by route, method and status (exec and
+// destroy latency are their routes' series), the runner's capsules and
+// memory, and the process's own figures. One registry per control plane, so
+// several in one process (tests) never share counters. Route labels are the
+// router's patterns, never raw paths: ids cannot grow the series.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { RunnerCapacity, RunnerHello, RunnerPort } from '../../shared/runner-protocol.js';
+
+export interface HttpMetrics {
+  registry: Registry;
+  observe(method: string, route: string | null, status: number, seconds: number): void;
+}
+
+export function createMetrics(runner: RunnerPort): HttpMetrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'capsule_' });
+  const requests = new Counter({
+    name: 'capsule_http_requests_total',
+    help: 'HTTP requests answered, by route pattern, method and status',
+    labelNames: ['route', 'method', 'status'] as const,
+    registers: [registry],
+  });
+  const latency = new Histogram({
+    name: 'capsule_http_request_duration_seconds',
+    help: 'HTTP request latency by route pattern and method (exec and destroy included)',
+    labelNames: ['route', 'method'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120],
+    registers: [registry],
+  });
+
+  // The runner's figures are read at scrape time: one bounded hello per scrape, shared by the gauges
+  // (the registry collects them concurrently), never kept up to date in between.
+  let hello: Promise<RunnerHello | null> | null = null;
+  const scrape = (): Promise<RunnerHello | null> => {
+    hello ??= Promise.race([
+      runner.hello().catch(() => null),
+      new Promise<null>((r) => setTimeout(() => r(null), 2000).unref()),
+    ]).finally(() => setTimeout(() => (hello = null), 250).unref());
+    return hello;
+  };
+  new Gauge({
+    name: 'capsule_runner_up',
+    help: '1 when the runner answered the scrape',
+    registers: [registry],
+    async collect() {
+      this.set((await scrape()) ? 1 : 0);
+    },
+  });
+  const perNode = (name: string, help: string, pick: (c: RunnerCapacity) => number): void => {
+    new Gauge({
+      name,
+      help,
+      labelNames: ['node_id'] as const,
+      registers: [registry],
+      async collect() {
+        const h = await scrape();
+        this.reset();
+        if (h?.capacity) this.set({ node_id: h.node_id ?? 'local' }, pick(h.capacity));
+      },
+    });
+  };
+  perNode('capsule_runner_capsules', 'Live capsules on the runner', (c) => c.capsules);
+  perNode('capsule_runner_committed_memory_mb', 'Memory committed to live capsules (MB)', (c) => c.committed_mb);
+  perNode('capsule_runner_free_memory_mb', 'Memory the runner can still admit (MB)', (c) => c.free_mb);
+
+  return {
+    registry,
+    observe(method, route, status, seconds) {
+      const r = route ?? 'unmatched';
+      requests.inc({ route: r, method, status: String(status) });
+      latency.observe({ route: r, method }, seconds);
+    },
+  };
+}
