@@ -37,6 +37,8 @@ export interface Config {
   remoteRunner: RunnerTlsTarget | null;
   /** CAPSULE_METRICS_TOKEN: bearer token for `GET /metrics`; null = unauthenticated (keep it off public networks). */
   metricsToken: string | null;
+  /** CAPSULE_SHUTDOWN_GRACE_MS (default 20000): how long a stop waits for requests under way. */
+  shutdownGraceMs: number;
   /** Public base URL; null = derived from the listening address at start. */
   baseUrl: string | null;
   /** Error docs root (`{docs_url}/errors/<code>`); null = `{base_url}/docs`. */
@@ -586,6 +588,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     runnerSocket: over.runnerSocket !== undefined ? over.runnerSocket : env.CAPSULE_RUNNER_SOCKET || null,
     remoteRunner: remoteRunner(env),
     metricsToken: env.CAPSULE_METRICS_TOKEN || null,
+    shutdownGraceMs: intEnv(env, 'CAPSULE_SHUTDOWN_GRACE_MS', 20_000, 0, 600_000),
     baseUrl,
     docsUrl: env.CAPSULE_DOCS_URL ? env.CAPSULE_DOCS_URL.replace(/\/$/, '') : null,
     region: env.CAPSULE_REGION ?? 'local',

@@ -1,7 +1,7 @@
 // Starts the control plane on a given runner: store (migrations applied),
 // recovery against the runner, sweeper, HTTP listener. Returns a handle.
 import { FileSigner } from './signing/index.js';
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
 import { createNodeCrypto } from '../shared/node/crypto-node.js';
@@ -208,6 +208,15 @@ export async function startControlPlane(
       metricsToken: config.metricsToken,
     },
   });
+  // Requests under way, so that close() lets them finish (graceful shutdown) before it stops the rest.
+  let inflight = 0;
+  let drained: (() => void) | null = null;
+  server.on('request', (_req, res: ServerResponse) => {
+    inflight++;
+    res.once('close', () => {
+      if (--inflight === 0) drained?.();
+    });
+  });
   server.on('request', app.callback());
   services.sweeper.start();
   services.webhookWorker.start();
@@ -221,6 +230,18 @@ export async function startControlPlane(
     connections,
     routes: servedRoutes(app),
     async close() {
+      // Stop accepting; requests under way finish (up to the grace period), then everything stops.
+      const closed = new Promise<void>((res) => server.close(() => res()));
+      server.closeIdleConnections();
+      if (inflight > 0) {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([
+          new Promise<void>((r) => (drained = r)),
+          new Promise<void>((r) => (timer = setTimeout(r, config.shutdownGraceMs))),
+        ]);
+        clearTimeout(timer);
+        if (inflight > 0) logger.warn({ inflight }, 'shutdown grace period over; closing requests still under way');
+      }
       await services.sweeper.stop();
       await services.webhookWorker.stop();
       webhookSender.close();
@@ -228,7 +249,7 @@ export async function startControlPlane(
       await services.egress.stopAll();
       await services.proofs.close();
       server.closeAllConnections();
-      await new Promise<void>((res) => server.close(() => res()));
+      await closed;
       await store.close();
       secrets.destroy();
       signer?.close();

@@ -98,7 +98,14 @@ export function testMasterKeyFile(dir: string): string {
 export function testConfig(dbUrl: string, env: Record<string, string> = {}): Config {
   const dataDir = mkdtempSync(join(tmpdir(), 'cp-data-'));
   return loadConfig(
-    { CAPSULE_DATA_DIR: dataDir, LOG_LEVEL: 'silent', CAPSULE_MASTER_KEY_FILE: testMasterKeyFile(dataDir), ...env },
+    {
+      CAPSULE_DATA_DIR: dataDir,
+      LOG_LEVEL: 'silent',
+      CAPSULE_MASTER_KEY_FILE: testMasterKeyFile(dataDir),
+      // In-process servers are closed with hostile requests still open (slow bodies): a short grace.
+      CAPSULE_SHUTDOWN_GRACE_MS: '500',
+      ...env,
+    },
     { port: 0, databaseUrl: dbUrl, runnerSocket: null },
   );
 }
