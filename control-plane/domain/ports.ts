@@ -162,6 +162,14 @@ export interface Store {
   addUsage(id: string, executions: number, bytes: number, usage?: UsageEntry): Promise<void>;
   liveCapsules(): Promise<Capsule[]>;
   expiredLiveCapsules(nowIso: string): Promise<Capsule[]>;
+  /**
+   * Takes or renews the named lease for `owner` until `untilIso`; true when
+   * `owner` holds it (it was free, expired, or already its own). With several
+   * control planes on one database, one of them runs the named job at a time.
+   */
+  claimLease(name: string, owner: string, nowIso: string, untilIso: string): Promise<boolean>;
+  /** Gives the lease up at once if `owner` holds it (a clean stop; a crash lets it expire). */
+  releaseLease(name: string, owner: string): Promise<void>;
 
   // Activity trail
   /**

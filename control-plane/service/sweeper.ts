@@ -1,14 +1,22 @@
 // TTL expiry: destroys live capsules whose time ran out (trigger ttl_expired,
 // status `expired`, proof included), retries the partial proofs recovery
-// could not build, and signs proofs buffered while the signing key was away. One pass at a time; each capsule has its own retry budget
+// could not build, and signs proofs buffered while the signing key was away.
+// With several control planes on one database only the holder of the
+// `ttl-sweeper` lease sweeps (renewed each pass, free after 5 intervals). One pass at a time; each capsule has its own retry budget
 // (retries.ts): one that keeps failing ends `expired_unclean`, the rest go on.
 import type { Deps } from './deps.js';
+import { isoMicros } from '../../shared/time.js';
+import { newId } from './ids.js';
 import { LIVE_STATUSES } from '../domain/index.js';
 import { LOST_ON_RESTART, type DestructionService } from './destruction.js';
 import type { Retries } from './retries.js';
 import type { RecoveryGate } from './recovery.js';
 
+const SWEEPER_LEASE = 'ttl-sweeper';
+
 export class Sweeper {
+  /** This process's name in the lease table. */
+  private readonly owner: string;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   constructor(
@@ -17,7 +25,9 @@ export class Sweeper {
     private readonly intervalMs: number,
     private readonly gate: RecoveryGate,
     private readonly retries: Retries,
-  ) {}
+  ) {
+    this.owner = newId('cp_', d.random);
+  }
 
   start(): void {
     if (this.timer) return;
@@ -41,6 +51,15 @@ export class Sweeper {
     } catch {
       return;
     }
+    // Several control planes on one database: the lease holder sweeps, the others wait their turn.
+    const now = this.d.clock.nowMs();
+    const held = await this.d.store
+      .claimLease(SWEEPER_LEASE, this.owner, isoMicros(now), isoMicros(now + this.intervalMs * 5))
+      .catch((e: unknown) => {
+        this.d.log.error({ err: e }, 'sweeper: taking the lease failed');
+        return false;
+      });
+    if (!held) return;
     let due;
     try {
       due = await this.d.store.expiredLiveCapsules(this.d.clock.nowIso());
@@ -92,5 +111,6 @@ export class Sweeper {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await this.running;
+    await this.d.store.releaseLease(SWEEPER_LEASE, this.owner).catch(() => undefined);
   }
 }

@@ -169,6 +169,14 @@ export class Migration0010Webhooks extends Migration {
   }
 }
 
+export class Migration0013Replicas extends Migration {
+  override up(): void {
+    // Leases of background jobs one control plane at a time runs (the TTL sweeper).
+    this.addSql(`create table "leases" (
+      "name" varchar(64) primary key, "owner" varchar(64) not null, "until" varchar(40) not null)`);
+  }
+}
+
 export class Migration0014PendingProofs extends Migration {
   override up(): void {
     // Two-phase signing: a wiped capsule's unsigned proof input, kept until the managed key signs it.
@@ -188,5 +196,6 @@ export const MIGRATIONS = [
   { name: 'Migration0005ActivityCap', class: Migration0005ActivityCap },
   { name: 'Migration0010Webhooks', class: Migration0010Webhooks },
   { name: 'Migration0011Accounts', class: Migration0011Accounts },
+  { name: 'Migration0013Replicas', class: Migration0013Replicas },
   { name: 'Migration0014PendingProofs', class: Migration0014PendingProofs },
 ];

@@ -612,6 +612,26 @@ export class SqlStore implements Store {
     }
   }
 
+  async claimLease(name: string, owner: string, nowIso: string, untilIso: string): Promise<boolean> {
+    const em = this.em();
+    await this.run(
+      'insert into "leases" ("name", "owner", "until") values (?, ?, ?) on conflict ("name") do nothing',
+      [name, owner, untilIso],
+      em,
+    );
+    // One statement decides: free (expired) or already ours.
+    const held = await this.run(
+      'update "leases" set "owner" = ?, "until" = ? where "name" = ? and ("owner" = ? or "until" < ?)',
+      [owner, untilIso, name, owner, nowIso],
+      em,
+    );
+    return held === 1;
+  }
+
+  async releaseLease(name: string, owner: string): Promise<void> {
+    await this.run('update "leases" set "until" = ? where "name" = ? and "owner" = ?', ['', name, owner]);
+  }
+
   async getPendingProof(capsuleId: string): Promise<PendingProof | null> {
     const rows = await all<PendingRow>(this.em(), 'select * from "pending_proofs" where "capsule_id" = ?', [capsuleId]);
     return rows[0] ? toPending(rows[0]) : null;

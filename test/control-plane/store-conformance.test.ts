@@ -248,6 +248,26 @@ async function conformance(t: Test, store: Store): Promise<void> {
     );
   });
 
+  await t.test('leases: one holder at a time, renewed by it, free once expired or released', async (t) => {
+    const name = `job-${hex(4)}`;
+    const t1 = '2026-11-01T00:00:01.000000Z';
+    const t5 = '2026-11-01T00:00:05.000000Z';
+    const raced = await Promise.all([store.claimLease(name, 'cp_a', T0, t5), store.claimLease(name, 'cp_b', T0, t5)]);
+    t.equal(raced.filter((x) => x).length, 1, 'exactly one of two racing control planes holds it');
+    const [holder, other] = raced[0] ? ['cp_a', 'cp_b'] : ['cp_b', 'cp_a'];
+    t.equal(await store.claimLease(name, holder, t1, t5), true, 'the holder renews');
+    t.equal(await store.claimLease(name, other, t1, t5), false, 'the other waits');
+    t.equal(
+      await store.claimLease(name, other, '2026-11-01T00:00:06.000000Z', '2026-11-01T00:00:10.000000Z'),
+      true,
+      'after expiry it is taken over',
+    );
+    await store.releaseLease(name, holder);
+    t.equal(await store.claimLease(name, holder, t1, t5), false, "releasing someone else's lease does nothing");
+    await store.releaseLease(name, other);
+    t.equal(await store.claimLease(name, holder, t1, t5), true, 'a released lease is free at once');
+  });
+
   await t.test('two-phase signing: a buffered proof moves the status at once and is stored exactly once', async (t) => {
     const a = account('pending');
     await store.createAccount(a);
