@@ -198,7 +198,12 @@ export async function startControlPlane(
     clock,
     random,
     logger,
-    limiter: new RateLimiter(() => clock.nowMs()),
+    // Customer rate limits shared through PostgreSQL (several replicas); per process on SQLite (one node).
+    limiter: new RateLimiter(
+      () => clock.nowMs(),
+      60_000,
+      config.database.driver === 'postgresql' ? (key, start) => store.countRateHit(key, start) : null,
+    ),
     metrics: createMetrics(runner),
     options: {
       docsUrl,

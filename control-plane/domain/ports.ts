@@ -170,6 +170,8 @@ export interface Store {
   claimLease(name: string, owner: string, nowIso: string, untilIso: string): Promise<boolean>;
   /** Gives the lease up at once if `owner` holds it (a clean stop; a crash lets it expire). */
   releaseLease(name: string, owner: string): Promise<void>;
+  /** Counts one request of `key` in the window starting at `windowStartMs`; the window's count so far. */
+  countRateHit(key: string, windowStartMs: number): Promise<number>;
 
   // Activity trail
   /**

@@ -95,7 +95,7 @@ export function auth(d: AppDeps): Mw {
     ctx.state.caller = c;
     if (d.options.rateLimits) {
       const rpm = d.services.accounts.limits(c.account).rate_limit_rpm;
-      const wait = d.limiter.hit(`cus:${c.account.customer_id}`, rpm);
+      const wait = await d.limiter.hitAccount(`cus:${c.account.customer_id}`, rpm);
       if (wait > 0)
         throw new ApiError('rate_limited', `rate limit: ${rpm} requests per minute for this account`, {
           extra: { retry_after: wait },

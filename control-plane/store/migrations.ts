@@ -189,6 +189,15 @@ export class Migration0014PendingProofs extends Migration {
   }
 }
 
+export class Migration0016RateWindows extends Migration {
+  override up(): void {
+    // Per-customer request counts per one-minute window, shared by the control planes of one database.
+    this.addSql(`create table "rate_windows" (
+      "key" varchar(96) not null, "window_start" bigint not null, "count" integer not null,
+      primary key ("key", "window_start"))`);
+  }
+}
+
 export const MIGRATIONS = [
   { name: 'Migration0001Initial', class: Migration0001Initial },
   { name: 'Migration0002Capsulefiles', class: Migration0002Capsulefiles },
@@ -198,4 +207,5 @@ export const MIGRATIONS = [
   { name: 'Migration0011Accounts', class: Migration0011Accounts },
   { name: 'Migration0013Replicas', class: Migration0013Replicas },
   { name: 'Migration0014PendingProofs', class: Migration0014PendingProofs },
+  { name: 'Migration0016RateWindows', class: Migration0016RateWindows },
 ];

@@ -128,6 +128,8 @@ function conflict(e: unknown, message: string): never {
 }
 
 export class SqlStore implements Store {
+  /** Rate-window counts made by this process (pruning cadence). */
+  private rateHits = 0;
   constructor(private readonly orm: Orm) {}
 
   private em(): SqlEntityManager {
@@ -630,6 +632,20 @@ export class SqlStore implements Store {
 
   async releaseLease(name: string, owner: string): Promise<void> {
     await this.run('update "leases" set "until" = ? where "name" = ? and "owner" = ?', ['', name, owner]);
+  }
+
+  async countRateHit(key: string, windowStartMs: number): Promise<number> {
+    const em = this.em();
+    const rows = await all<{ count: unknown }>(
+      em,
+      `insert into "rate_windows" ("key", "window_start", "count") values (?, ?, 1)
+       on conflict ("key", "window_start") do update set "count" = "rate_windows"."count" + 1 returning "count"`,
+      [key, windowStartMs],
+    );
+    // Old windows go now and then (every 500th count of this process), so the table stays small.
+    if (++this.rateHits % 500 === 0)
+      await this.run('delete from "rate_windows" where "window_start" < ?', [windowStartMs - 120_000], em);
+    return num(rows[0]?.count ?? 0);
   }
 
   async getPendingProof(capsuleId: string): Promise<PendingProof | null> {

@@ -158,6 +158,12 @@ for (const driver of DRIVERS) {
       // Subscription ends (cancelled at period end): back to free.
       const end = await deliver(api, subscriptionDeletedEvent('sub_team_1'));
       t.equal(end.status, 200);
+      if (driver === 'postgresql') {
+        // Both processes count into one window through PostgreSQL, and Free's 20 are long spent in it.
+        envelope(t, await s2.api.req('GET', '/v1/customers/me', { key: u.key }), 429, 'rate_limited');
+        t.equal((await s.cp.store.getAccount(u.customer_id))?.tier, 'free');
+        return;
+      }
       const after = await api.req('GET', '/v1/customers/me', { key: u.key });
       t.equal(after.body.tier, 'free');
       t.equal(after.body.limits.rate_limit_rpm, 20);

@@ -268,6 +268,14 @@ async function conformance(t: Test, store: Store): Promise<void> {
     t.equal(await store.claimLease(name, holder, t1, t5), true, 'a released lease is free at once');
   });
 
+  await t.test('rate windows count across callers, per key and per window', async (t) => {
+    const key = `cus:${hex(4)}`;
+    const counts = await Promise.all(Array.from({ length: 5 }, () => store.countRateHit(key, 60_000)));
+    t.same([...counts].sort(), [1, 2, 3, 4, 5], 'concurrent hits each get their own count');
+    t.equal(await store.countRateHit(key, 120_000), 1, 'a new window starts at 1');
+    t.equal(await store.countRateHit(`${key}x`, 60_000), 1, 'keys are apart');
+  });
+
   await t.test('two-phase signing: a buffered proof moves the status at once and is stored exactly once', async (t) => {
     const a = account('pending');
     await store.createAccount(a);
