@@ -196,21 +196,14 @@ function remoteRunner(env: NodeJS.ProcessEnv): RunnerTlsTarget | null {
   const read = (name: string, marker: RegExp): string => {
     const file = env[name];
     if (!file) throw new ConfigError(`${name}: required with CAPSULE_RUNNERS (no plaintext runner over the network)`);
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (e) {
-      throw new ConfigError(`${name} (${file}): ${e instanceof Error ? e.message : String(e)}`);
-    }
-    if (!marker.test(text)) throw new ConfigError(`${name} (${file}): no PEM block of the expected type`);
-    return text;
+    return readPemFile(name, file, marker);
   };
   return {
     host: (m[1] ?? m[2])!,
     port,
-    ca: read('CAPSULE_RUNNER_CLIENT_CA_FILE', /-----BEGIN CERTIFICATE-----/),
-    cert: read('CAPSULE_RUNNER_CLIENT_CERT_FILE', /-----BEGIN CERTIFICATE-----/),
-    key: read('CAPSULE_RUNNER_CLIENT_KEY_FILE', /-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----/),
+    ca: read('CAPSULE_RUNNER_CLIENT_CA_FILE', CERT_PEM),
+    cert: read('CAPSULE_RUNNER_CLIENT_CERT_FILE', CERT_PEM),
+    key: read('CAPSULE_RUNNER_CLIENT_KEY_FILE', KEY_PEM),
   };
 }
 
@@ -220,20 +213,25 @@ function cosignClient(env: NodeJS.ProcessEnv): { certPem: string; keyPem: string
   if (!certFile && !keyFile) return null;
   if (!certFile || !keyFile)
     throw new ConfigError('CAPSULE_COSIGN_CLIENT_CERT_FILE and CAPSULE_COSIGN_CLIENT_KEY_FILE: set both or neither');
-  const read = (name: string, file: string, marker: RegExp): string => {
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (e) {
-      throw new ConfigError(`${name} (${file}): ${e instanceof Error ? e.message : String(e)}`);
-    }
-    if (!marker.test(text)) throw new ConfigError(`${name} (${file}): no PEM block of the expected type`);
-    return text;
-  };
   return {
-    certPem: read('CAPSULE_COSIGN_CLIENT_CERT_FILE', certFile, /-----BEGIN CERTIFICATE-----/),
-    keyPem: read('CAPSULE_COSIGN_CLIENT_KEY_FILE', keyFile, /-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----/),
+    certPem: readPemFile('CAPSULE_COSIGN_CLIENT_CERT_FILE', certFile, CERT_PEM),
+    keyPem: readPemFile('CAPSULE_COSIGN_CLIENT_KEY_FILE', keyFile, KEY_PEM),
   };
+}
+
+const CERT_PEM = /-----BEGIN CERTIFICATE-----/;
+const KEY_PEM = /-----BEGIN (?:[A-Z]+ )?PRIVATE KEY-----/;
+
+/** An operator's PEM file named by setting `name`: read once, refused when unreadable or of the wrong type. */
+function readPemFile(name: string, file: string, marker: RegExp): string {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new ConfigError(`${name} (${file}): ${e instanceof Error ? e.message : String(e)}`);
+  }
+  if (!marker.test(text)) throw new ConfigError(`${name} (${file}): no PEM block of the expected type`);
+  return text;
 }
 
 /** Billing through Stripe; each part is optional and its endpoint answers 503 naming the missing setting. */

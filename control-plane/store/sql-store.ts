@@ -493,23 +493,7 @@ export class SqlStore implements Store {
   // ---- proofs and keys
   async insertProof(p: StoredProof, billable: boolean): Promise<void> {
     try {
-      await this.em().transactional(async (em) => {
-        await em.insert(ProofEntity, {
-          proof_id: p.proof_id,
-          capsule_id: p.capsule_id,
-          customer_id: p.customer_id,
-          record: JSON.stringify(p.record),
-          response: p.response === null ? null : JSON.stringify(p.response),
-          partial: p.partial ? 1 : 0,
-          created_at: p.created_at,
-        });
-        if (billable)
-          await this.run(
-            'update "accounts" set "cdps_used" = "cdps_used" + 1 where "customer_id" = ?',
-            [p.customer_id],
-            em,
-          );
-      });
+      await this.em().transactional((em) => this.writeProof(em, p, null, billable));
     } catch (e) {
       conflict(e, 'capsule_id: a proof for this capsule already exists');
     }
@@ -548,8 +532,13 @@ export class SqlStore implements Store {
       : null;
   }
 
-  /** The proof row, its usage item and the account's proof count: written together, once. */
-  private async writeProof(em: SqlEntityManager, p: StoredProof, usage: UsageEntry, billable: boolean): Promise<void> {
+  /** The proof row, its usage item (when given) and the account's proof count: written together, once. */
+  private async writeProof(
+    em: SqlEntityManager,
+    p: StoredProof,
+    usage: UsageEntry | null,
+    billable: boolean,
+  ): Promise<void> {
     await em.insert(ProofEntity, {
       proof_id: p.proof_id,
       capsule_id: p.capsule_id,
@@ -565,7 +554,7 @@ export class SqlStore implements Store {
         [p.customer_id],
         em,
       );
-    await insertUsage(em, usage, p.customer_id, p.capsule_id, billable);
+    if (usage) await insertUsage(em, usage, p.customer_id, p.capsule_id, billable);
   }
 
   async recordDestruction(d: Destruction): Promise<void> {

@@ -11,25 +11,13 @@ import { fileURLToPath } from 'node:url';
 import { generate } from 'otplib';
 import { isoMicros } from '../../shared/time.js';
 import { RunnerClient } from '../../shared/node/runner-client.js';
-import type { Clock } from '../../control-plane/domain/index.js';
 import { dbQuery, DRIVERS, envelope, start, type Api } from './harness.js';
+import { ManualClock } from '../helpers/clock.js';
 
 const noRunner = new RunnerClient(join(tmpdir(), `cp-no-runner-keys-${process.pid}.sock`));
 const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
 
 /** A clock the test moves by hand. */
-class ManualClock implements Clock {
-  constructor(public ms = Date.now()) {}
-  nowMs(): number {
-    return this.ms;
-  }
-  nowIso(): string {
-    return isoMicros(this.ms);
-  }
-  advance(ms: number): void {
-    this.ms += ms;
-  }
-}
 
 /** The TOTP code of `secret` at the clock's time (plus `steps` periods). */
 const totp = (secret: string, clock: ManualClock, steps = 0): Promise<string> =>

@@ -3,25 +3,11 @@
 // is destroyed exactly once with its full proof (status `expired`), never
 // raced into a partial one; the holder's clean stop hands the sweep over.
 import t from 'tap';
-import { isoMicros } from '../../shared/time.js';
 import { verifyProof } from '../../shared/proof/index.js';
-import type { Clock } from '../../control-plane/domain/index.js';
 import type { RunnerPort } from '../../shared/runner-protocol.js';
 import { startRunner } from '../helpers/runner.js';
 import { freshDb, start } from './harness.js';
-
-class ManualClock implements Clock {
-  constructor(public ms = Date.now()) {}
-  nowMs(): number {
-    return this.ms;
-  }
-  nowIso(): string {
-    return isoMicros(this.ms);
-  }
-  advance(ms: number): void {
-    this.ms += ms;
-  }
-}
+import { ManualClock } from '../helpers/clock.js';
 
 /** The runner as one replica sees it, counting its destroy calls. */
 function counting(r: RunnerPort): { port: RunnerPort; destroys: () => number } {

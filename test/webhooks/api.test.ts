@@ -8,26 +8,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generate } from 'otplib';
 import { pino } from 'pino';
-import { isoMicros } from '../../shared/time.js';
 import { RunnerClient } from '../../shared/node/runner-client.js';
-import type { Clock } from '../../control-plane/domain/index.js';
 import { dbQuery, DRIVERS, envelope, start, type Api, type Started } from '../control-plane/harness.js';
 import { startReceiver, type Receiver } from './receiver.js';
+import { ManualClock } from '../helpers/clock.js';
 
 const noRunner = new RunnerClient(join(tmpdir(), `cp-no-runner-wh-${process.pid}.sock`));
-
-class ManualClock implements Clock {
-  constructor(public ms = Date.now()) {}
-  nowMs(): number {
-    return this.ms;
-  }
-  nowIso(): string {
-    return isoMicros(this.ms);
-  }
-  advance(ms: number): void {
-    this.ms += ms;
-  }
-}
 
 const SCHEDULE_MS = [60_000, 300_000, 1_800_000, 7_200_000, 36_000_000];
 
