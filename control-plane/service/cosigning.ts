@@ -10,11 +10,16 @@ export function withCosigning(store: Store, cosign: CosignPort): Store {
     if (ev && cosign.isOpen(capsuleId)) cosign.submit(capsuleId, ev);
     return ev;
   };
+  // Methods are bound once: the store is on every request's path.
+  const bound = new Map<PropertyKey, unknown>();
   return new Proxy(store, {
     get(target, prop) {
       if (prop === 'appendActivity') return append;
       const v: unknown = Reflect.get(target, prop, target);
-      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      if (typeof v !== 'function') return v;
+      let b = bound.get(prop);
+      if (!b) bound.set(prop, (b = (v as (...a: unknown[]) => unknown).bind(target)));
+      return b;
     },
   });
 }
