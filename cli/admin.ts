@@ -1,10 +1,20 @@
 // `capsule admin set-tier --email E --tier T [--data-dir DIR]` and
 // `capsule admin rotate-key --email E [--data-dir DIR]`: operator commands
 // acting on the configured database (DATABASE_URL or the data dir's SQLite).
-import { AdminError, ConfigError, loadConfigFromProcess, rotateKey, setTier } from '../control-plane/index.js';
+// `capsule admin drain NODE`, `undrain NODE` and `runners`: the runner registry (several runners).
+import {
+  AdminError,
+  ConfigError,
+  listRunners,
+  loadConfigFromProcess,
+  rotateKey,
+  setRunnerDraining,
+  setTier,
+} from '../control-plane/index.js';
 
 const USAGE = `usage: capsule admin set-tier --email E --tier T [--data-dir DIR]
        capsule admin rotate-key --email E [--data-dir DIR]
+       capsule admin drain NODE | undrain NODE | runners
        tiers: free, starter (developer), business (team), enterprise
        rotate-key prints a new live API key and revokes every other key of the account (a lost key)
 `;
@@ -17,6 +27,7 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(USAGE);
     return 0;
   }
+  if (cmd === 'drain' || cmd === 'undrain' || cmd === 'runners') return runners(cmd, rest);
   const required = cmd === undefined ? undefined : REQUIRED[cmd];
   if (!required) {
     process.stderr.write(`capsule admin: unknown command ${JSON.stringify(cmd ?? '')}\n${USAGE}`);
@@ -52,6 +63,39 @@ export async function main(argv: string[]): Promise<number> {
     }
     const tier = await setTier(config, email, opts.tier ?? '');
     process.stdout.write(`${email.trim().toLowerCase()}: tier ${tier}\n`);
+    return 0;
+  } catch (e) {
+    if (e instanceof AdminError || e instanceof ConfigError) {
+      process.stderr.write(`capsule admin: ${e.message}\n`);
+      return 1;
+    }
+    throw e;
+  }
+}
+
+/** Registry commands: drain and undrain take the node id as their one argument; runners lists. */
+async function runners(cmd: 'drain' | 'undrain' | 'runners', rest: string[]): Promise<number> {
+  const node = rest[0];
+  if (cmd === 'runners' ? rest.length !== 0 : rest.length !== 1 || !node || node.startsWith('-')) {
+    process.stderr.write(`capsule admin: ${cmd === 'runners' ? 'runners takes no argument' : `${cmd} NODE`}\n${USAGE}`);
+    return 2;
+  }
+  try {
+    const config = loadConfigFromProcess({});
+    if (cmd === 'runners') {
+      for (const n of await listRunners(config)) {
+        const state = n.lost_ms !== null ? 'lost' : n.draining ? 'draining' : 'live';
+        const c = n.capacity;
+        process.stdout.write(
+          `${n.node_id}\t${n.address}\t${state}\t${c ? `${c.capsules}/${c.max_capsules} capsules, ${c.free_mb} MB free` : '-'}\theartbeat ${new Date(n.heartbeat_ms).toISOString()}\n`,
+        );
+      }
+      return 0;
+    }
+    await setRunnerDraining(config, node!, cmd === 'drain');
+    process.stdout.write(
+      `${node}: ${cmd === 'drain' ? 'draining (no new capsules; live ones run on)' : 'accepting capsules'}\n`,
+    );
     return 0;
   } catch (e) {
     if (e instanceof AdminError || e instanceof ConfigError) {

@@ -171,13 +171,13 @@ export async function main(argv: string[]): Promise<number> {
     );
   let child: ChildProcess | null = null;
   let socket = config.runnerSocket;
-  const remote = config.remoteRunner;
+  const remote = config.remoteRunners !== null && socket === null;
   const local = !socket && !remote;
   if (local) ({ child, socket } = await spawnRunner(config.dataDir, config.procSwaps));
-  const target = remote ?? socket!;
-  const runner = new ReconnectingRunner(() => new RunnerClient(target));
+  // Network runners (CAPSULE_RUNNERS) are reached, placed on and heartbeated by the control plane itself.
+  const runner = remote ? null : new ReconnectingRunner(() => new RunnerClient(socket!));
   const cp = await startControlPlane(config, runner);
-  runner.onReconnect(() => cp.services.recovery.reset());
+  runner?.onReconnect(() => cp.services.recovery.reset());
   process.stdout.write(
     `capsule: control plane listening on ${cp.url} (database: ${config.database.driver}, data dir: ${config.dataDir})\n`,
   );
@@ -192,7 +192,7 @@ export async function main(argv: string[]): Promise<number> {
       stopping = true;
       if (restartTimer) clearTimeout(restartTimer);
       await cp.close().catch(() => undefined);
-      await runner.close().catch(() => undefined);
+      await runner?.close().catch(() => undefined);
       const c = child;
       if (c && c.exitCode === null && c.signalCode === null) {
         c.kill('SIGTERM');
@@ -217,7 +217,7 @@ export async function main(argv: string[]): Promise<number> {
       c.once('exit', (code, signal) => {
         if (stopping || c !== child) return;
         child = null;
-        runner.reconnect();
+        runner?.reconnect();
         scheduleRestart(`exited (${signal ?? `code ${code}`})`);
       });
     };
@@ -233,7 +233,7 @@ export async function main(argv: string[]): Promise<number> {
         }
         child = r.child;
         watch(r.child);
-        runner.reconnect();
+        runner?.reconnect();
         cp.services.recovery.reset();
         const report = await cp.services.recovery.ensure().catch(() => null);
         process.stderr.write(

@@ -1,6 +1,6 @@
 // Operator actions on the configured database (used by `capsule admin`).
 import type { Config } from './config.js';
-import { normalizeTier, type Tier } from './domain/index.js';
+import { normalizeTier, type RunnerNode, type Tier } from './domain/index.js';
 import { issueKey, systemClock, systemRandom } from './service/index.js';
 import { openStore, openStores } from './store/index.js';
 
@@ -41,6 +41,27 @@ export async function rotateKey(config: Config, email: string): Promise<string> 
     );
     if (customerId === null) throw new AdminError(`no account with email ${email}`);
     return key;
+  } finally {
+    await store.close();
+  }
+}
+
+/** `capsule admin drain NODE` / `undrain NODE`: stops (or resumes) new placements on a runner. */
+export async function setRunnerDraining(config: Config, nodeId: string, draining: boolean): Promise<void> {
+  const { store, runners } = await openStores(config.database);
+  try {
+    if (!(await runners.setDraining(nodeId, draining)))
+      throw new AdminError(`no runner ${JSON.stringify(nodeId)} in the registry (see capsule admin runners)`);
+  } finally {
+    await store.close();
+  }
+}
+
+/** `capsule admin runners`: the registry as the control planes last saw it. */
+export async function listRunners(config: Config): Promise<RunnerNode[]> {
+  const { store, runners } = await openStores(config.database);
+  try {
+    return await runners.runnerNodes();
   } finally {
     await store.close();
   }

@@ -31,10 +31,11 @@ export interface Config {
   /** Unix socket of a separately started runner; null = `capsule serve` spawns one. */
   runnerSocket: string | null;
   /**
-   * CAPSULE_RUNNERS=host:port with CAPSULE_RUNNER_CLIENT_CA_FILE, _CERT_FILE and _KEY_FILE:
-   * a runner on another machine over mutual TLS (`capsule serve` then spawns none).
+   * CAPSULE_RUNNERS (`host:port[,host:port...]` or `dns:<name>:<port>`) with
+   * CAPSULE_RUNNER_CLIENT_CA_FILE, _CERT_FILE and _KEY_FILE: runners on other machines over
+   * mutual TLS (`capsule serve` then spawns none). null = one local runner.
    */
-  remoteRunner: RunnerTlsTarget | null;
+  remoteRunners: RemoteRunners | null;
   /** CAPSULE_METRICS_TOKEN: bearer token for `GET /metrics`; null = unauthenticated (keep it off public networks). */
   metricsToken: string | null;
   /** CAPSULE_SHUTDOWN_GRACE_MS (default 20000): how long a stop waits for requests under way. */
@@ -178,32 +179,75 @@ function webhookConfig(env: NodeJS.ProcessEnv): WebhookConfig {
   };
 }
 
-/** The mutual-TLS runner address and this control plane's client material (docs/CONTROL_PLANE.md "Runner over TLS"). */
-function remoteRunner(env: NodeJS.ProcessEnv): RunnerTlsTarget | null {
-  const raw = env.CAPSULE_RUNNERS;
+/** Network runners and how this control plane reaches and places on them (docs/CONTROL_PLANE.md "Several runners"). */
+export interface RemoteRunners {
+  /** Fixed addresses; empty with `dns`. */
+  addresses: { host: string; port: number }[];
+  /** A name resolved every heartbeat to all its addresses (a Kubernetes headless Service). */
+  dns: { name: string; port: number } | null;
+  tls: Pick<RunnerTlsTarget, 'ca' | 'cert' | 'key'>;
+  /** CAPSULE_RUNNER_HEARTBEAT_MS (default 5000): how often each runner is greeted and the registry refreshed. */
+  heartbeatMs: number;
+  /** CAPSULE_RUNNER_LOST_AFTER_MS (default 30000): unreached by every control plane this long, a runner is lost. */
+  lostAfterMs: number;
+  /** CAPSULE_PLACEMENT_LABEL=key=value: runners with this label are preferred while one has room. */
+  affinity: { key: string; value: string } | null;
+}
+
+const HOST_PORT = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s,]+)):(\d{1,5})$/;
+
+function hostPort(raw: string): { host: string; port: number } {
+  const m = HOST_PORT.exec(raw);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port < 1 || port > 65535)
+    throw new ConfigError(
+      `CAPSULE_RUNNERS: expected host:port[,host:port...] or dns:<name>:<port>, got ${JSON.stringify(raw)}`,
+    );
+  return { host: (m[1] ?? m[2])!, port };
+}
+
+function remoteRunners(env: NodeJS.ProcessEnv): RemoteRunners | null {
+  const raw = env.CAPSULE_RUNNERS?.trim();
   const files = ['CAPSULE_RUNNER_CLIENT_CA_FILE', 'CAPSULE_RUNNER_CLIENT_CERT_FILE', 'CAPSULE_RUNNER_CLIENT_KEY_FILE'];
+  const only = [...files, 'CAPSULE_RUNNER_HEARTBEAT_MS', 'CAPSULE_RUNNER_LOST_AFTER_MS', 'CAPSULE_PLACEMENT_LABEL'];
   if (!raw) {
-    const stray = files.find((f) => env[f]);
+    const stray = only.find((f) => env[f]);
     if (stray) throw new ConfigError(`${stray}: only with CAPSULE_RUNNERS`);
     return null;
   }
-  if (raw.includes(',') || raw.startsWith('dns:'))
-    throw new ConfigError('CAPSULE_RUNNERS: one host:port in this release (several runners are not supported yet)');
-  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s]+)):(\d{1,5})$/.exec(raw);
-  const port = m ? Number(m[3]) : NaN;
-  if (!m || port < 1 || port > 65535)
-    throw new ConfigError(`CAPSULE_RUNNERS: expected host:port, got ${JSON.stringify(raw)}`);
+  let addresses: { host: string; port: number }[] = [];
+  let dns: RemoteRunners['dns'] = null;
+  if (raw.startsWith('dns:')) {
+    const a = hostPort(raw.slice(4));
+    dns = { name: a.host, port: a.port };
+  } else {
+    addresses = raw.split(',').map((p) => hostPort(p.trim()));
+    const seen = new Set(addresses.map((a) => `${a.host}:${a.port}`));
+    if (seen.size !== addresses.length) throw new ConfigError('CAPSULE_RUNNERS: an address is listed twice');
+  }
   const read = (name: string, marker: RegExp): string => {
     const file = env[name];
     if (!file) throw new ConfigError(`${name}: required with CAPSULE_RUNNERS (no plaintext runner over the network)`);
     return readPemFile(name, file, marker);
   };
+  const heartbeatMs = intEnv(env, 'CAPSULE_RUNNER_HEARTBEAT_MS', 5000, 100, 600_000);
+  const lostAfterMs = intEnv(env, 'CAPSULE_RUNNER_LOST_AFTER_MS', 30_000, 1000, 86_400_000);
+  if (lostAfterMs < 2 * heartbeatMs)
+    throw new ConfigError('CAPSULE_RUNNER_LOST_AFTER_MS: at least twice CAPSULE_RUNNER_HEARTBEAT_MS');
+  const label = env.CAPSULE_PLACEMENT_LABEL;
+  const lm = label === undefined ? null : /^([A-Za-z0-9][A-Za-z0-9._/-]{0,62})=([A-Za-z0-9._-]{0,63})$/.exec(label);
+  if (label !== undefined && !lm) throw new ConfigError('CAPSULE_PLACEMENT_LABEL: expected key=value');
   return {
-    host: (m[1] ?? m[2])!,
-    port,
-    ca: read('CAPSULE_RUNNER_CLIENT_CA_FILE', CERT_PEM),
-    cert: read('CAPSULE_RUNNER_CLIENT_CERT_FILE', CERT_PEM),
-    key: read('CAPSULE_RUNNER_CLIENT_KEY_FILE', KEY_PEM),
+    addresses,
+    dns,
+    tls: {
+      ca: read('CAPSULE_RUNNER_CLIENT_CA_FILE', CERT_PEM),
+      cert: read('CAPSULE_RUNNER_CLIENT_CERT_FILE', CERT_PEM),
+      key: read('CAPSULE_RUNNER_CLIENT_KEY_FILE', KEY_PEM),
+    },
+    heartbeatMs,
+    lostAfterMs,
+    affinity: lm ? { key: lm[1]!, value: lm[2]! } : null,
   };
 }
 
@@ -584,7 +628,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     dataDir,
     database,
     runnerSocket: over.runnerSocket !== undefined ? over.runnerSocket : env.CAPSULE_RUNNER_SOCKET || null,
-    remoteRunner: remoteRunner(env),
+    remoteRunners: remoteRunners(env),
     metricsToken: env.CAPSULE_METRICS_TOKEN || null,
     shutdownGraceMs: intEnv(env, 'CAPSULE_SHUTDOWN_GRACE_MS', 20_000, 0, 600_000),
     baseUrl,

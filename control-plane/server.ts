@@ -37,6 +37,8 @@ import { ProxyEgress, type ProxyEgressOptions } from './egress/index.js';
 import { stripeBilling } from './billing/stripe.js';
 import { HttpsWebhookSender, type WebhookResolver } from './webhooks/sender.js';
 import { HttpsCosigner } from './webhooks/cosigner.js';
+import { dnsAddresses, RunnerFleet } from './runner/index.js';
+import { RunnerClient } from '../shared/node/runner-client.js';
 
 export interface ControlPlane {
   url: string;
@@ -69,9 +71,13 @@ export interface StartOptions {
   webhookResolver?: WebhookResolver;
 }
 
+/**
+ * `runner` is the one local runner; without it the control plane reaches the
+ * network runners of config.remoteRunners (several, placed and heartbeated).
+ */
 export async function startControlPlane(
   config: Config,
-  runner: RunnerPort,
+  localRunner: RunnerPort | null,
   opts: StartOptions = {},
 ): Promise<ControlPlane> {
   const logger = opts.logger ?? pino({ level: config.logLevel, base: { svc: 'control-plane' } });
@@ -88,7 +94,24 @@ export async function startControlPlane(
     usage,
     billing: billingStore,
     webhooks: webhookStore,
+    runners: runnerRegistry,
   } = await openStores(config.database);
+  const remote = config.remoteRunners;
+  let fleet: RunnerFleet | null = null;
+  if (!localRunner) {
+    if (!remote) throw new Error('startControlPlane: no runner (neither local nor CAPSULE_RUNNERS)');
+    fleet = new RunnerFleet({
+      addresses: remote.dns ? dnsAddresses(remote.dns.name, remote.dns.port) : () => Promise.resolve(remote.addresses),
+      connect: (a) => new RunnerClient({ ...a, ...remote.tls }),
+      registry: runnerRegistry,
+      nowMs: () => clock.nowMs(),
+      heartbeatMs: remote.heartbeatMs,
+      affinity: remote.affinity,
+      log: logger,
+    });
+    await fleet.start();
+  }
+  const runner: RunnerPort = localRunner ?? fleet!;
   const wh = config.webhooks;
   const webhookSender = new HttpsWebhookSender({
     allowPrivate: wh.allowPrivate,
@@ -153,6 +176,7 @@ export async function startControlPlane(
     baseImage: opts.baseImage ?? new HostBaseImage(),
     capsulefileLimits: config.capsulefileLimits,
     runner,
+    ...(fleet ? { runnerRegistry, runnerLostAfterMs: remote!.lostAfterMs } : {}),
     clock,
     random,
     tiers: new TierTable(config.paidTiers, config.uploadMaxBytes),
@@ -165,6 +189,8 @@ export async function startControlPlane(
     proofCrypto: opts.proofCrypto ?? createNodeCrypto({ cacheKeys: true }),
   };
   const services = buildServices(deps, config.sweepIntervalMs);
+  // A runner reachable again (or new): reconcile before the next capsule call.
+  fleet?.onReconnect(() => services.recovery.reset());
   // The reference Capsulefiles are published before the first request.
   await services.capsulefiles.publishSystem(await readSystemCapsulefiles(config.systemCapsulefilesDir));
   // Reconcile with the runner now; if it is down, capsule calls retry it later.
@@ -253,6 +279,7 @@ export async function startControlPlane(
       cosign.close();
       await services.egress.stopAll();
       await services.proofs.close();
+      await fleet?.close();
       server.closeAllConnections();
       await closed;
       await store.close();

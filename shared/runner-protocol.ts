@@ -237,7 +237,16 @@ export interface RunnerPort {
   list(): Promise<string[]>;
   /** Storage and memory use of one live capsule (optional: in-process test runners may lack it). */
   usage?(capsuleId: string): Promise<CapsuleUsage>;
+  /** Several runners behind this port: those reachable now, by node id (per-node reconciliation, metrics). */
+  nodes?(): RunnerMember[];
   close(): Promise<void>;
+}
+
+/** One reachable runner of several, as of its last hello. */
+export interface RunnerMember {
+  node_id: string;
+  runner: RunnerPort;
+  hello: RunnerHello;
 }
 
 // Request shapes. Only types and presence are checked here; bounds that depend

@@ -531,3 +531,41 @@ export interface SignerPort {
   /** Zeroizes every private key held. */
   close(): void;
 }
+
+// ---- Several runners (docs/CONTROL_PLANE.md "Several runners")
+
+/** One runner as the control planes last saw it (they keep the registry from their heartbeats). */
+export interface RunnerNode {
+  node_id: string;
+  /** host:port the control planes reach it at. */
+  address: string;
+  labels: Record<string, string>;
+  /** Its hello's capacity at the last heartbeat; null when it reported none. */
+  capacity: { memory_mb: number; committed_mb: number; free_mb: number; capsules: number; max_capsules: number } | null;
+  /** Last time any control plane reached it (ms since the epoch). */
+  heartbeat_ms: number;
+  /** `capsule admin drain`: no new placements; its capsules run on until destroyed. */
+  draining: boolean;
+  /** When a control plane declared it lost (its live capsules end expired_unclean); null while live. */
+  lost_ms: number | null;
+}
+
+export interface RunnerRegistry {
+  /** Records a successful hello: upserts the node, refreshes capacity and heartbeat, clears `lost`. */
+  heartbeat(n: Pick<RunnerNode, 'node_id' | 'address' | 'labels' | 'capacity'>, nowMs: number): Promise<void>;
+  runnerNodes(): Promise<RunnerNode[]>;
+  /** Sets or clears draining; false when no such node is registered. */
+  setDraining(nodeId: string, draining: boolean): Promise<boolean>;
+  /**
+   * Declares lost every live node whose last heartbeat is older than `lostAfterMs`; returns the
+   * nodes this call declared (one conditional update: whichever control plane runs it first).
+   */
+  declareLost(nowMs: number, lostAfterMs: number): Promise<string[]>;
+  /** Records where a capsule runs, before the runner is asked to create it. */
+  place(capsuleId: string, nodeId: string, nowMs: number): Promise<void>;
+  placementOf(capsuleId: string): Promise<{ node_id: string; placed_ms: number } | null>;
+  /** Live capsules placed on `nodeId`. */
+  liveCapsulesOn(nodeId: string): Promise<Capsule[]>;
+  /** Live capsules placed on nodes declared lost, at most `limit`. */
+  liveCapsulesOnLostNodes(limit: number): Promise<Capsule[]>;
+}

@@ -54,8 +54,12 @@ export function createMetrics(runner: RunnerPort): HttpMetrics {
       labelNames: ['node_id'] as const,
       registers: [registry],
       async collect() {
-        const h = await scrape();
         this.reset();
+        // Several runners: each one's figures as of its last heartbeat; one runner: its hello now.
+        const members = runner.nodes?.() ?? [];
+        for (const m of members) if (m.hello.capacity) this.set({ node_id: m.node_id }, pick(m.hello.capacity));
+        if (runner.nodes) return;
+        const h = await scrape();
         if (h?.capacity) this.set({ node_id: h.node_id ?? 'local' }, pick(h.capacity));
       },
     });

@@ -11,6 +11,7 @@ import type {
   KeyStore,
   PriceTable,
   PurchasableTier,
+  RunnerRegistry,
   Random,
   SecretBox,
   SignerPort,
@@ -80,6 +81,10 @@ export interface Deps {
   /** Per-tier Capsulefile limits: memory ceiling of a pinned capsule, Capsulefile count. */
   capsulefileLimits: Record<Tier, { max_memory_mb: number; max_capsulefiles: number | null }>;
   runner: RunnerPort;
+  /** Where capsules run and which runners are live (several runners); null with one local runner. */
+  runnerRegistry?: RunnerRegistry | null;
+  /** A runner no control plane reached for this long is declared lost (CAPSULE_RUNNER_LOST_AFTER_MS). */
+  runnerLostAfterMs?: number;
   clock: Clock;
   random: Random;
   tiers: TierTable;

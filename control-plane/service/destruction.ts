@@ -37,6 +37,8 @@ import { newEvent, verifyUrl } from './webhooks.js';
 /** Ephemeral keys are not an authority's keys; the key record names them so. */
 export const EPHEMERAL_AUTHORITY = 'svc-ephemeral';
 export const LOST_ON_RESTART = 'capsule_state_lost_on_restart';
+/** The capsule's runner stopped answering every control plane (several runners). */
+export const RUNNER_LOST = 'capsule_runner_lost';
 
 const TIMESTAMP_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
 

@@ -8,7 +8,7 @@ import type { Deps } from './deps.js';
 import { isoMicros } from '../../shared/time.js';
 import { newId } from './ids.js';
 import { LIVE_STATUSES } from '../domain/index.js';
-import { LOST_ON_RESTART, type DestructionService } from './destruction.js';
+import { LOST_ON_RESTART, RUNNER_LOST, type DestructionService } from './destruction.js';
 import type { Retries } from './retries.js';
 import type { RecoveryGate } from './recovery.js';
 
@@ -71,6 +71,7 @@ export class Sweeper {
     await this.destruction
       .signPending()
       .catch((e: unknown) => this.d.log.error({ err: e }, 'sweeper: signing buffered proofs failed'));
+    await this.lostRunners(now);
     for (const p of this.retries.pendingPartials()) {
       if (!this.retries.due(p.id)) continue;
       await this.isolated(p.id, 'partial proof', async () => {
@@ -84,6 +85,24 @@ export class Sweeper {
       await this.isolated(c.id, 'destroy', () =>
         this.destruction.destroyOrBuffer(c, 'ttl_expired').then(() => undefined),
       );
+    }
+  }
+
+  /**
+   * Several runners: one no control plane reached for runnerLostAfterMs is declared lost (once,
+   * by whichever sweeps first), and its live capsules end expired_unclean with partial proofs.
+   */
+  private async lostRunners(nowMs: number): Promise<void> {
+    const registry = this.d.runnerRegistry;
+    const after = this.d.runnerLostAfterMs;
+    if (!registry || !after) return;
+    try {
+      for (const node_id of await registry.declareLost(nowMs, after))
+        this.d.log.error({ node_id }, 'runner declared lost: its live capsules end expired_unclean');
+      for (const c of await registry.liveCapsulesOnLostNodes(100))
+        await this.isolated(c.id, 'partial proof', () => this.destruction.partial(c, RUNNER_LOST));
+    } catch (e) {
+      this.d.log.error({ err: e }, 'sweeper: lost runner check failed');
     }
   }
 

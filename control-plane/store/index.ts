@@ -1,5 +1,13 @@
 // Public entry of the storage adapter.
-import type { BillingStore, EgressProfileStore, KeyStore, Store, UsageStore, WebhookStore } from '../domain/index.js';
+import type {
+  BillingStore,
+  EgressProfileStore,
+  KeyStore,
+  RunnerRegistry,
+  Store,
+  UsageStore,
+  WebhookStore,
+} from '../domain/index.js';
 import type { CapsulefileStore } from '../capsulefile/index.js';
 import { SqlCapsulefileStore } from './capsulefile-store.js';
 import { SqlBillingStore } from './billing-store.js';
@@ -8,6 +16,7 @@ import { SqlKeyStore } from './key-store.js';
 import { SqlUsageStore } from './usage-store.js';
 import { openOrm, type DbConfig } from './orm.js';
 import { SqlStore } from './sql-store.js';
+import { SqlRunnerRegistry } from './runner-registry.js';
 import { SqlWebhookStore } from './webhook-store.js';
 
 export type { DbConfig } from './orm.js';
@@ -25,6 +34,7 @@ export interface Stores {
   usage: UsageStore;
   billing: BillingStore;
   webhooks: WebhookStore;
+  runners: RunnerRegistry;
 }
 
 /** Every store over one database connection (closing `store` closes all). */
@@ -38,5 +48,6 @@ export async function openStores(db: DbConfig): Promise<Stores> {
     usage: new SqlUsageStore(orm),
     billing: new SqlBillingStore(orm),
     webhooks: new SqlWebhookStore(orm, db.driver === 'postgresql'),
+    runners: new SqlRunnerRegistry(orm),
   };
 }

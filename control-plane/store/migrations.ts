@@ -198,6 +198,19 @@ export class Migration0016RateWindows extends Migration {
   }
 }
 
+export class Migration0017RunnerNodes extends Migration {
+  override up(): void {
+    // Several runners: the registry the control planes keep from their heartbeats, and where each capsule runs.
+    this.addSql(`create table "runner_nodes" (
+      "node_id" varchar(128) primary key, "address" varchar(300) not null, "labels" text not null,
+      "capacity" text null, "heartbeat_at" bigint not null, "draining" integer not null default 0,
+      "lost_at" bigint null)`);
+    this.addSql(`create table "capsule_placements" (
+      "capsule_id" varchar(64) primary key, "node_id" varchar(128) not null, "placed_at" bigint not null)`);
+    this.addSql(`create index "capsule_placements_node_idx" on "capsule_placements" ("node_id")`);
+  }
+}
+
 export const MIGRATIONS = [
   { name: 'Migration0001Initial', class: Migration0001Initial },
   { name: 'Migration0002Capsulefiles', class: Migration0002Capsulefiles },
@@ -208,4 +221,5 @@ export const MIGRATIONS = [
   { name: 'Migration0013Replicas', class: Migration0013Replicas },
   { name: 'Migration0014PendingProofs', class: Migration0014PendingProofs },
   { name: 'Migration0016RateWindows', class: Migration0016RateWindows },
+  { name: 'Migration0017RunnerNodes', class: Migration0017RunnerNodes },
 ];

@@ -62,7 +62,7 @@ function toAccount(r: AccountRow): Account {
   };
 }
 
-function toCapsule(r: CapsuleRow): Capsule {
+export function toCapsule(r: CapsuleRow): Capsule {
   return {
     id: r.id,
     customer_id: r.customer_id,

@@ -118,6 +118,8 @@ t.test('the configuration refuses a plaintext or half-configured network runner'
   const base = { CAPSULE_DATA_DIR: dataDir, CAPSULE_MASTER_KEY_FILE: testMasterKeyFile(dataDir) };
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
   t.throws(() => loadConfig({ ...base, CAPSULE_RUNNERS: '10.0.0.5:7443' }, {}), ConfigError, 'no client material');
-  t.throws(() => loadConfig({ ...base, CAPSULE_RUNNERS: 'a:1,b:2' }, {}), /one host:port/);
+  t.throws(() => loadConfig({ ...base, CAPSULE_RUNNERS: 'a:1,b:70000' }, {}), /expected host:port/);
+  t.throws(() => loadConfig({ ...base, CAPSULE_RUNNERS: 'a:1,a:1' }, {}), /listed twice/);
+  t.throws(() => loadConfig({ ...base, CAPSULE_RUNNER_LOST_AFTER_MS: '5000' }, {}), /only with CAPSULE_RUNNERS/);
   t.throws(() => loadConfig({ ...base, CAPSULE_RUNNER_CLIENT_CA_FILE: '/x' }, {}), /only with CAPSULE_RUNNERS/);
 });
