@@ -49,7 +49,14 @@ export type InsertCapsuleOutcome = 'ok' | 'capsulefile_gone' | 'egress_profile_g
 export type ReserveOutcome = 'ok' | 'capsules_per_month' | 'concurrent_capsules' | 'cdp_limit';
 
 export type IdempotencyClaim =
-  { state: 'claimed' } | { state: 'done'; response: IdempotentResponse; request_hash: string } | { state: 'pending' };
+  | {
+      state: 'claimed';
+      /** Set when this claim took over one whose process died: the capsule that request created, if any. */
+      resource_id?: string | null;
+      request_hash?: string;
+    }
+  | { state: 'done'; response: IdempotentResponse; request_hash: string }
+  | { state: 'pending' };
 
 export interface Destruction {
   capsule: Capsule;
@@ -153,6 +160,8 @@ export interface Store {
     usage: UsageEntry,
     /** Webhook events of the create (capsule.created), written in the same transaction. */
     events?: OutboxEvent[],
+    /** The Idempotency-Key of the create: the capsule id is written on it in the same transaction. */
+    idempotencyKey?: string,
   ): Promise<InsertCapsuleOutcome>;
   getCapsule(id: string): Promise<Capsule | null>;
   listCapsules(customerId: string, limit: number, cursor: string | null): Promise<CapsulePage>;
@@ -217,13 +226,20 @@ export interface Store {
   insertContact(c: ContactMessage): Promise<void>;
 
   // Idempotency
+  /**
+   * Claims the key, or reports it done or pending; a pending claim not renewed since
+   * `staleBeforeIso` (its process died mid-request) is taken over and answered `claimed`.
+   */
   claimIdempotency(
     customerId: string,
     key: string,
     requestHash: string,
     nowIso: string,
     notBeforeIso: string,
+    staleBeforeIso: string,
   ): Promise<IdempotencyClaim>;
+  /** The request holding the claim is alive (renewed every few seconds while it runs). */
+  renewIdempotency(customerId: string, key: string, nowIso: string): Promise<void>;
   completeIdempotency(customerId: string, key: string, response: IdempotentResponse): Promise<void>;
   releaseIdempotency(customerId: string, key: string): Promise<void>;
 }

@@ -36,6 +36,10 @@ export interface State {
   log: Logger;
   caller?: Caller;
   json?: unknown;
+  /** The request's Idempotency-Key once claimed (create links its capsule to it). */
+  idempotencyKey?: string;
+  /** A retry that took over a dead process's claim: the capsule that request created. */
+  idempotentResource?: string;
 }
 
 export type Ctx = Context & { state: State; params: Record<string, string> };

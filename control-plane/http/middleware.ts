@@ -10,6 +10,9 @@ import { renderError } from './errors.js';
 /** JSON bodies: exec's input_data (512 KB) plus command (10 KB) plus headroom. */
 export const JSON_BODY_LIMIT = 600 * 1024;
 export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
+/** A claimed key is renewed this often while its request runs; unrenewed this long, its process is taken for dead. */
+const IDEMPOTENCY_RENEW_MS = 2000;
+const IDEMPOTENCY_STALE_MS = 6000;
 const TRACE_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** Every API response: no MIME sniffing, nothing rendered or framed from this origin (docs/SECURITY.md). */
@@ -133,8 +136,15 @@ export function idempotent(d: AppDeps): Mw {
         hash,
         new Date(now).toISOString(),
         new Date(now - IDEMPOTENCY_WINDOW_MS).toISOString(),
+        new Date(now - IDEMPOTENCY_STALE_MS).toISOString(),
       );
-      if (claim.state === 'claimed') break;
+      if (claim.state === 'claimed') {
+        // Taken over from a process that died mid-request: same request only; its capsule, if it made one.
+        if (claim.request_hash !== undefined && claim.request_hash !== hash)
+          throw invalid('Idempotency-Key', 'already used with a different request');
+        if (claim.resource_id) ctx.state.idempotentResource = claim.resource_id;
+        break;
+      }
       if (claim.state === 'done') {
         if (claim.request_hash !== hash) throw invalid('Idempotency-Key', 'already used with a different request');
         ctx.status = claim.response.status;
@@ -155,9 +165,16 @@ export function idempotent(d: AppDeps): Mw {
       }
       await d.store.completeIdempotency(customer, key, { status, body: bodyText, headers });
     };
+    ctx.state.idempotencyKey = key;
+    const renew = setInterval(() => {
+      void d.store
+        .renewIdempotency(customer, key, d.clock.nowIso())
+        .catch((e: unknown) => ctx.state.log.warn({ err: e }, 'idempotency renewal failed'));
+    }, IDEMPOTENCY_RENEW_MS);
     try {
       await next();
     } catch (err) {
+      clearInterval(renew);
       const r = renderError(err, ctx.state.requestId, d.options.docsUrl);
       // Only definite answers are replayed; 5xx and 429 may be retried for real.
       if (r.status < 500 && r.status !== 429) {
@@ -166,6 +183,7 @@ export function idempotent(d: AppDeps): Mw {
       } else await d.store.releaseIdempotency(customer, key);
       throw err;
     }
+    clearInterval(renew);
     if (ctx.status < 500 && ctx.status !== 429) await store(ctx.status, JSON.stringify(ctx.body));
     else await d.store.releaseIdempotency(customer, key);
   };

@@ -47,6 +47,8 @@ export interface CreateInput {
   egress_profile_id?: string | undefined;
   metadata: Record<string, string>;
   form: ApiForm;
+  /** The request's Idempotency-Key: written with the capsule, so a retry after a crash finds it. */
+  idempotency_key?: string | undefined;
 }
 
 /** Tracks in-process state the database does not need: running execs, destroys under way. */
@@ -210,7 +212,7 @@ export class CapsuleService {
     };
     this.live.creating.add(id);
     try {
-      return await this.start(capsule, egressRules, memoryMb, pinned);
+      return await this.start(capsule, egressRules, memoryMb, pinned, input.idempotency_key);
     } finally {
       this.live.creating.delete(id);
     }
@@ -222,6 +224,7 @@ export class CapsuleService {
     egressRules: EgressSpec['rules'] | null,
     memoryMb: number,
     pinned: Awaited<ReturnType<CapsulefileService['forCapsule']>> | null,
+    idempotencyKey: string | undefined,
   ): Promise<Capsule> {
     const { id, customer_id: customerId, billable } = capsule;
     const def = pinned?.capsulefile.definition;
@@ -316,6 +319,7 @@ export class CapsuleService {
             test_mode: !billable,
           }),
         ],
+        idempotencyKey,
       );
     } catch (e) {
       await undoStarted();

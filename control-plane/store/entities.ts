@@ -174,6 +174,8 @@ export interface IdempotencyRow {
   body: string | null;
   headers: string | null;
   created_at: string;
+  renewed_at: string | null;
+  resource_id: string | null;
 }
 export const IdempotencyEntity = new EntitySchema<IdempotencyRow>({
   name: 'IdempotencyRow',
@@ -187,6 +189,8 @@ export const IdempotencyEntity = new EntitySchema<IdempotencyRow>({
     body: { type: 'text', nullable: true },
     headers: { type: 'text', nullable: true },
     created_at: { type: 'string' },
+    renewed_at: { type: 'string', nullable: true },
+    resource_id: { type: 'string', nullable: true },
   },
 });
 

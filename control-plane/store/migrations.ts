@@ -211,6 +211,15 @@ export class Migration0017RunnerNodes extends Migration {
   }
 }
 
+export class Migration0018IdempotencyTakeover extends Migration {
+  override up(): void {
+    // A pending Idempotency-Key is renewed while its request runs; one not renewed (its process died) is taken over.
+    // resource_id: the capsule its request created, written with the capsule (a retry answers with it).
+    this.addSql(`alter table "idempotency_keys" add column "renewed_at" varchar(40) null`);
+    this.addSql(`alter table "idempotency_keys" add column "resource_id" varchar(64) null`);
+  }
+}
+
 export const MIGRATIONS = [
   { name: 'Migration0001Initial', class: Migration0001Initial },
   { name: 'Migration0002Capsulefiles', class: Migration0002Capsulefiles },
@@ -222,4 +231,5 @@ export const MIGRATIONS = [
   { name: 'Migration0014PendingProofs', class: Migration0014PendingProofs },
   { name: 'Migration0016RateWindows', class: Migration0016RateWindows },
   { name: 'Migration0017RunnerNodes', class: Migration0017RunnerNodes },
+  { name: 'Migration0018IdempotencyTakeover', class: Migration0018IdempotencyTakeover },
 ];

@@ -299,6 +299,7 @@ export class SqlStore implements Store {
     first: { type: string; at: string; fields: Record<string, unknown> },
     usage: UsageEntry,
     events: OutboxEvent[] = [],
+    idempotencyKey?: string,
   ): Promise<InsertCapsuleOutcome> {
     const row: CapsuleRow = {
       id: c.id,
@@ -352,6 +353,12 @@ export class SqlStore implements Store {
         });
         await insertUsage(em, usage, c.customer_id, c.id, c.billable);
         await insertOutbox(em, events);
+        if (idempotencyKey !== undefined)
+          await this.run(
+            'update "idempotency_keys" set "resource_id" = ? where "customer_id" = ? and "idem_key" = ?',
+            [c.id, c.customer_id, idempotencyKey],
+            em,
+          );
         return 'ok';
       });
     } catch (e) {
@@ -682,6 +689,7 @@ export class SqlStore implements Store {
     requestHash: string,
     nowIso: string,
     notBeforeIso: string,
+    staleBeforeIso: string,
   ): Promise<IdempotencyClaim> {
     const em = this.em();
     // Entries older than the replay window are forgotten.
@@ -700,13 +708,30 @@ export class SqlStore implements Store {
         body: null,
         headers: null,
         created_at: nowIso,
+        renewed_at: nowIso,
+        resource_id: null,
       });
       return { state: 'claimed' };
     } catch (e) {
       if (!(e instanceof UniqueConstraintViolationException)) throw e;
     }
     const r = await this.em().findOne(IdempotencyEntity, { customer_id: customerId, idem_key: key });
-    if (!r || r.state !== 'done' || r.status === null) return { state: 'pending' };
+    if (!r) return { state: 'pending' };
+    if (r.state === 'pending') {
+      const renewed = r.renewed_at ?? r.created_at;
+      if (renewed >= staleBeforeIso) return { state: 'pending' };
+      // Its request's process died: one retry takes it over (the renewal it read must still be there).
+      const taken = await this.run(
+        `update "idempotency_keys" set "renewed_at" = ? where "customer_id" = ? and "idem_key" = ?
+         and "state" = 'pending' and coalesce("renewed_at", "created_at") = ?`,
+        [nowIso, customerId, key, renewed],
+        em,
+      );
+      return taken === 1
+        ? { state: 'claimed', resource_id: r.resource_id ?? null, request_hash: r.request_hash }
+        : { state: 'pending' };
+    }
+    if (r.status === null) return { state: 'pending' };
     return {
       state: 'done',
       request_hash: r.request_hash,
@@ -716,6 +741,13 @@ export class SqlStore implements Store {
         headers: JSON.parse(r.headers ?? '{}') as Record<string, string>,
       },
     };
+  }
+
+  async renewIdempotency(customerId: string, key: string, nowIso: string): Promise<void> {
+    await this.run(
+      `update "idempotency_keys" set "renewed_at" = ? where "customer_id" = ? and "idem_key" = ? and "state" = 'pending'`,
+      [nowIso, customerId, key],
+    );
   }
 
   async completeIdempotency(customerId: string, key: string, response: IdempotentResponse): Promise<void> {

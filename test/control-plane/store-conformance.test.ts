@@ -226,26 +226,70 @@ async function conformance(t: Test, store: Store): Promise<void> {
     await store.createAccount(a);
     const key = `idem-${hex(4)}`;
     const claims = await Promise.all([
-      store.claimIdempotency(a.customer_id, key, 'h1', T0, '2026-10-31T00:00:00.000000Z'),
-      store.claimIdempotency(a.customer_id, key, 'h1', T0, '2026-10-31T00:00:00.000000Z'),
+      store.claimIdempotency(
+        a.customer_id,
+        key,
+        'h1',
+        T0,
+        '2026-10-31T00:00:00.000000Z',
+        '2026-10-31T00:00:00.000000Z',
+      ),
+      store.claimIdempotency(
+        a.customer_id,
+        key,
+        'h1',
+        T0,
+        '2026-10-31T00:00:00.000000Z',
+        '2026-10-31T00:00:00.000000Z',
+      ),
     ]);
     t.same(claims.map((c) => c.state).sort(), ['claimed', 'pending'], 'one claimant, one sees it pending');
     const response = { status: 201, body: '{"id":"cap_x"}', headers: { 'content-type': 'application/json' } };
     await store.completeIdempotency(a.customer_id, key, response);
-    const replay = await store.claimIdempotency(a.customer_id, key, 'h1', T0, '2026-10-31T00:00:00.000000Z');
+    const replay = await store.claimIdempotency(
+      a.customer_id,
+      key,
+      'h1',
+      T0,
+      '2026-10-31T00:00:00.000000Z',
+      '2026-10-31T00:00:00.000000Z',
+    );
     t.equal(replay.state, 'done');
     if (replay.state === 'done') {
       t.same(replay.response, response);
       t.equal(replay.request_hash, 'h1');
     }
     const key2 = `idem-${hex(4)}`;
-    t.equal((await store.claimIdempotency(a.customer_id, key2, 'h2', T0, T0)).state, 'claimed');
+    t.equal(
+      (await store.claimIdempotency(a.customer_id, key2, 'h2', T0, T0, '2026-10-31T00:00:00.000000Z')).state,
+      'claimed',
+    );
     await store.releaseIdempotency(a.customer_id, key2);
     t.equal(
-      (await store.claimIdempotency(a.customer_id, key2, 'h2', T0, T0)).state,
+      (await store.claimIdempotency(a.customer_id, key2, 'h2', T0, T0, '2026-10-31T00:00:00.000000Z')).state,
       'claimed',
       'released keys can be claimed',
     );
+  });
+
+  await t.test('idempotency: a pending claim not renewed is taken over exactly once', async (t) => {
+    const a = account('idem-takeover');
+    await store.createAccount(a);
+    const key = `idem-${hex(4)}`;
+    const old = '2026-10-31T00:00:00.000000Z';
+    const at = (s: number): string => new Date(Date.parse(T0) + s * 1000).toISOString().replace('Z', '000Z');
+    t.equal((await store.claimIdempotency(a.customer_id, key, 'h1', T0, old, old)).state, 'claimed');
+    await store.renewIdempotency(a.customer_id, key, at(4));
+    // Renewed at +4 s: at +8 s with a 6 s bound it is alive.
+    t.equal((await store.claimIdempotency(a.customer_id, key, 'h1', at(8), old, at(2))).state, 'pending');
+    // Not renewed since +4 s: at +20 s two retries race, one takes it over.
+    const claims = await Promise.all([
+      store.claimIdempotency(a.customer_id, key, 'h1', at(20), old, at(14)),
+      store.claimIdempotency(a.customer_id, key, 'h1', at(20), old, at(14)),
+    ]);
+    t.same(claims.map((c) => c.state).sort(), ['claimed', 'pending'], 'one retry takes the claim over');
+    const won = claims.find((c) => c.state === 'claimed');
+    t.same(won, { state: 'claimed', resource_id: null, request_hash: 'h1' }, 'nothing was created under it');
   });
 
   await t.test('leases: one holder at a time, renewed by it, free once expired or released', async (t) => {

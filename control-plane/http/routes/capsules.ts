@@ -23,14 +23,19 @@ export function capsuleRoutes(d: AppDeps): Router {
     if (body.ttl !== undefined && body.max_lifetime_seconds !== undefined && body.ttl !== body.max_lifetime_seconds) {
       throw invalid('max_lifetime_seconds', 'must equal ttl when both are given');
     }
-    const c = await s.capsules.create(caller(ctx), {
-      ttl: body.ttl ?? body.max_lifetime_seconds,
-      data_classification: body.data_classification,
-      capsulefile_id: body.capsulefile_id,
-      egress_profile_id: body.egress_profile_id,
-      metadata: validateMetadata(body.metadata),
-      form: 'capsule',
-    });
+    // A retry of a create whose process died after the capsule was written: that capsule, not a second one.
+    const earlier = ctx.state.idempotentResource;
+    const c = earlier
+      ? await s.capsules.owned(caller(ctx), earlier)
+      : await s.capsules.create(caller(ctx), {
+          ttl: body.ttl ?? body.max_lifetime_seconds,
+          data_classification: body.data_classification,
+          capsulefile_id: body.capsulefile_id,
+          egress_profile_id: body.egress_profile_id,
+          metadata: validateMetadata(body.metadata),
+          form: 'capsule',
+          idempotency_key: ctx.state.idempotencyKey,
+        });
     ctx.status = 201;
     ctx.set('Location', `/v1/capsules/${c.id}`);
     ctx.body = capsuleCreated(c);
