@@ -20,6 +20,8 @@ export interface StartRunnerOptions {
   /** Reuse a uid block (recovery tests restart a runner on the same range). */
   uidBlock?: UidBlock;
   uidCount?: number;
+  /** Network namespace to run the runner in (a test host made by test/helpers/netns.ts). */
+  netns?: string;
 }
 
 export interface UidBlock {
@@ -94,7 +96,11 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
     ...Object.entries(opts.options ?? {}).map(([k, v]) => `--${k}=${v}`),
   ];
   // fd 3: an inherited descriptor the runner must never pass on into a capsule (checked by the escape battery).
-  const child = spawn(process.execPath, args, {
+  // nsenter --net changes the network namespace only (ip netns exec would remount /sys, hiding the cgroups).
+  const [cmd, argv] = opts.netns
+    ? ['nsenter', [`--net=/run/netns/${opts.netns}`, '--', process.execPath, ...args]]
+    : [process.execPath, args];
+  const child = spawn(cmd, argv, {
     stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
     env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin' },
   });
