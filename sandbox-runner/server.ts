@@ -4,6 +4,7 @@
 // TLS only (control planes on other machines, each with a client certificate
 // from the operator's CA). Internal error details are logged to stderr, never
 // sent with customer data.
+import { traceOf } from '../shared/node/trace.js';
 import { chmodSync, rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
@@ -112,14 +113,22 @@ function connectionHandler(d: ServerDeps): (sock: Socket) => void {
           send({ id, ok: false, error: { code: 'invalid', message: `${field}: must be valid UTF-8` } });
           continue;
         }
+        // The control plane's request and trace ids: echoed back, and named in the log line of a failure.
+        const trace = traceOf(header['trace']);
+        const t = trace ? { trace } : {};
         dispatch(table, method as keyof RunnerMethods, params, body).then(
-          (r) => send({ id, ok: true, result: r.result }, r.body ?? null),
+          (r) => send({ id, ok: true, result: r.result, ...t }, r.body ?? null),
           (e: unknown) => {
+            const code = e instanceof RunnerError ? e.code : 'internal';
+            // One JSON line per failed request: method, code and ids only (messages may name customer files).
+            process.stderr.write(
+              `${JSON.stringify({ svc: 'runner', msg: 'request failed', method, code, ...trace })}\n`,
+            );
             if (e instanceof RunnerError) {
-              send({ id, ok: false, error: { code: e.code, message: e.message } });
+              send({ id, ok: false, error: { code: e.code, message: e.message }, ...t });
             } else {
               process.stderr.write(`runner: internal error in ${method}: ${(e as Error)?.stack ?? String(e)}\n`);
-              send({ id, ok: false, error: { code: 'internal', message: `${method}: internal error` } });
+              send({ id, ok: false, error: { code: 'internal', message: `${method}: internal error` }, ...t });
             }
           },
         );

@@ -111,6 +111,8 @@ export interface CapsulePage {
 
 export interface Store {
   ping(): Promise<void>;
+  /** Migrations this code knows that the database has not applied (another replica's rollback, a failed start). */
+  pendingMigrations(): Promise<string[]>;
   close(): Promise<void>;
 
   // Accounts and keys

@@ -4,6 +4,7 @@ import { createHash } from 'node:crypto';
 import { ApiError, invalid } from '../../shared/errors.js';
 import { newId } from '../service/index.js';
 import { readJson } from './body.js';
+import { requestTrace } from '../../shared/node/trace.js';
 import type { AppDeps, Ctx, Mw } from './context.js';
 import { renderError } from './errors.js';
 
@@ -41,7 +42,8 @@ export function requestContext(d: AppDeps): Mw {
     ctx.set('Content-Security-Policy', API_CSP);
     if (ctx.state.traceId) ctx.set('X-Svc-Trace-Id', ctx.state.traceId);
     try {
-      await next();
+      // Runner calls made for this request carry its ids (forwarded in each frame, logged by the runner).
+      await requestTrace.run({ request_id: ctx.state.requestId, trace_id: ctx.state.traceId }, next);
       if (ctx.status === 404 && ctx.body === undefined)
         throw new ApiError('resource_not_found', `no such endpoint: ${ctx.method} ${ctx.path}`);
     } catch (err) {

@@ -44,6 +44,7 @@ import {
 } from './entities.js';
 import type { Orm } from './orm.js';
 import { after, all, num, page, run } from './sql.js';
+import { MIGRATIONS } from './migrations.js';
 import { insertUsage } from './usage-store.js';
 import { insertOutbox } from './webhook-store.js';
 import { LIVE_STATUSES } from '../domain/index.js';
@@ -141,6 +142,12 @@ export class SqlStore implements Store {
 
   async ping(): Promise<void> {
     await this.em().getConnection().execute('select 1 as ok', [], 'all');
+  }
+
+  async pendingMigrations(): Promise<string[]> {
+    const rows = await all<{ name: string }>(this.em(), 'select "name" from "schema_migrations"', []);
+    const done = new Set(rows.map((r) => r.name));
+    return MIGRATIONS.map((m) => m.name).filter((n) => !done.has(n));
   }
   async close(): Promise<void> {
     await this.orm.close(true);

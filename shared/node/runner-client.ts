@@ -23,6 +23,7 @@ import {
   type RunnerPort,
 } from '../runner-protocol.js';
 import { DEFAULT_FRAME_LIMITS, encodeFrame, FrameDecoder, type FrameLimits } from './framing.js';
+import { requestTrace } from './trace.js';
 
 const ERROR_CODES: ReadonlySet<string> = new Set<RunnerErrorCode>([
   'not_found',
@@ -128,7 +129,12 @@ export class RunnerClient implements RunnerPort {
     const id = this.nextId++;
     let frame: Buffer;
     try {
-      frame = encodeFrame({ id, method, params: params as Record<string, unknown> }, body, this.limits);
+      const trace = requestTrace.getStore();
+      frame = encodeFrame(
+        { id, method, params: params as Record<string, unknown>, ...(trace ? { trace } : {}) },
+        body,
+        this.limits,
+      );
     } catch (e) {
       throw new RunnerError('too_large', (e as Error).message);
     }

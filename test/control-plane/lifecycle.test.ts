@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { verifyProof } from '../../shared/proof/index.js';
 import { startRunner } from '../helpers/runner.js';
-import { DRIVERS, envelope, start, type Api } from './harness.js';
+import { DRIVERS, dbQuery, envelope, start, type Api } from './harness.js';
 
 const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
 /** `capsule verify FILE`: the offline CLI's exit code and output. */
@@ -727,14 +727,20 @@ for (const driver of DRIVERS) {
   });
 }
 
-t.test('postgresql: ready is 503 when the database goes away', async (t) => {
+t.test('postgresql: ready is 503 when the database goes away or is behind the migrations', async (t) => {
   const runner = await startRunner();
   t.teardown(() => runner.stop());
   const s = await start('postgresql', runner.client, { CAPSULE_RATE_LIMITS: 'off' });
   t.teardown(s.close);
   const ok = await s.api.req('GET', '/v1/health/ready');
   t.equal(ok.status, 200);
-  t.same(ok.body.checks, { database: 'ok', runner: 'ok' });
+  t.same(ok.body.checks, { database: 'ok', migrations: 'ok', runner: 'ok' });
+  // A database behind this code's migrations (another replica rolled back, say) is not ready.
+  await dbQuery('postgresql', s.db, 'delete from "schema_migrations" where "name" = ?', [
+    'Migration0018IdempotencyTakeover',
+  ]);
+  const behind = await s.api.req('GET', '/v1/health/ready');
+  t.match(envelope(t, behind, 503, 'service_unavailable').message, /migrations pending/);
   await s.db.drop();
   const down = await s.api.req('GET', '/v1/health/ready');
   t.match(envelope(t, down, 503, 'service_unavailable').message, /database unavailable/);

@@ -565,6 +565,7 @@ export type Ready = {
   status: "ready";
   checks: {
     database: string;
+    migrations: string;
     runner: string;
     [member: string]: unknown;
   };

@@ -112,17 +112,24 @@ export function publicRoutes(d: AppDeps): Router {
   });
 
   r.get('/v1/health/ready', health, async (ctx: Ctx) => {
-    const checks = { database: 'ok', runner: 'ok' };
-    await within(d.store.ping(), 2000).catch(() => {
-      checks.database = 'unavailable';
-    });
+    const checks = { database: 'ok', migrations: 'ok', runner: 'ok' };
+    await within(d.store.pendingMigrations(), 2000).then(
+      (pending) => {
+        if (pending.length > 0) checks.migrations = 'pending';
+      },
+      () => {
+        checks.database = 'unavailable';
+        checks.migrations = 'unknown';
+      },
+    );
     // The runner's hello carries what the node can still admit (memory committed to capsules).
     const hello = await within(d.runner.hello(), 2000).catch(() => {
       checks.runner = 'unavailable';
       return null;
     });
-    if (checks.database !== 'ok' || checks.runner !== 'ok') {
-      throw new ApiError('service_unavailable', `not ready: database ${checks.database}, runner ${checks.runner}`, {
+    if (checks.database !== 'ok' || checks.migrations !== 'ok' || checks.runner !== 'ok') {
+      const why = `database ${checks.database}, migrations ${checks.migrations}, runner ${checks.runner}`;
+      throw new ApiError('service_unavailable', `not ready: ${why}`, {
         extra: { retry_after: 5 },
       });
     }
