@@ -579,8 +579,17 @@ export interface RunnerRegistry {
    * nodes this call declared (one conditional update: whichever control plane runs it first).
    */
   declareLost(nowMs: number, lostAfterMs: number): Promise<string[]>;
-  /** Records where a capsule runs, before the runner is asked to create it. */
-  place(capsuleId: string, nodeId: string, nowMs: number): Promise<void>;
+  /** Records where a capsule runs, before the runner is asked to create it (a destroy's status move deletes it). */
+  place(capsuleId: string, nodeId: string, memoryMb: number, nowMs: number): Promise<void>;
+  /** A create that no runner took. */
+  unplace(capsuleId: string): Promise<void>;
+  /**
+   * Memory placed per node, from every control plane: live capsules, and creates placed since
+   * `inFlightSinceMs` whose row is not written yet.
+   */
+  placedMemory(inFlightSinceMs: number): Promise<Map<string, number>>;
+  /** Drops placements older than `beforeMs` of capsules not live (creates undone, capsules given up). */
+  prunePlacements(beforeMs: number): Promise<number>;
   placementOf(capsuleId: string): Promise<{ node_id: string; placed_ms: number } | null>;
   /** Live capsules placed on `nodeId`. */
   liveCapsulesOn(nodeId: string): Promise<Capsule[]>;

@@ -35,6 +35,8 @@ export interface FleetOptions {
 
 /** A hello that does not answer within this is a missed heartbeat. */
 const HELLO_TIMEOUT_MS = 2000;
+/** A placement without its capsule row counts as load this long (a create under way on some replica). */
+const IN_FLIGHT_MS = 60_000;
 /** Placements remembered in process; older ones are read back from the registry. */
 const PLACEMENT_CACHE = 50_000;
 
@@ -43,9 +45,9 @@ interface Member {
   runner: ReconnectingRunner;
   hello: RunnerHello | null;
   up: boolean;
-  /** Memory placed here by this process since the last hello (that hello did not count it yet). */
-  placedMb: number;
-  placedCount: number;
+  /** Memory and capsules this process added (creates) or freed (destroys) here since the last hello, which did not count them. */
+  deltaMb: number;
+  deltaCount: number;
 }
 
 /** Resolves `dns:<name>:<port>` to every address of the name (a headless Service lists one per runner pod). */
@@ -56,7 +58,8 @@ export function dnsAddresses(name: string, port: number): () => Promise<RunnerAd
 export class RunnerFleet implements RunnerPort {
   private readonly members = new Map<string, Member>();
   private readonly byNode = new Map<string, Member>();
-  private readonly placements = new Map<string, string>();
+  /** Capsule -> runner (and its memory when this process created it). */
+  private readonly placements = new Map<string, { nodeId: string; memoryMb: number | null }>();
   private registryView = new Map<string, RunnerNode>();
   private readonly listeners: (() => void)[] = [];
   private timer: NodeJS.Timeout | null = null;
@@ -96,7 +99,7 @@ export class RunnerFleet implements RunnerPort {
       if (this.members.has(key) || this.closed) continue;
       const runner = new ReconnectingRunner(() => this.o.connect(a));
       runner.onReconnect(() => this.notify());
-      this.members.set(key, { address: key, runner, hello: null, up: false, placedMb: 0, placedCount: 0 });
+      this.members.set(key, { address: key, runner, hello: null, up: false, deltaMb: 0, deltaCount: 0 });
     }
     await Promise.all([...this.members.values()].map((m) => this.greet(m)));
     try {
@@ -117,7 +120,7 @@ export class RunnerFleet implements RunnerPort {
       ]);
       const nodeId = hello.node_id ?? m.address;
       const wasUp = m.up;
-      Object.assign(m, { hello, up: true, placedMb: 0, placedCount: 0 });
+      Object.assign(m, { hello, up: true, deltaMb: 0, deltaCount: 0 });
       this.byNode.set(nodeId, m);
       const c = hello.capacity;
       await this.o.registry.heartbeat(
@@ -154,11 +157,15 @@ export class RunnerFleet implements RunnerPort {
     return m.hello?.node_id ?? m.address;
   }
 
-  /** Live, not draining, not declared lost, with room for `memoryMb`; preferred first. */
-  private candidates(memoryMb: number): Member[] {
+  /** Live, not draining, not declared lost, with room for `memoryMb`; the one to try first, then by load. */
+  private async candidates(memoryMb: number): Promise<Member[]> {
+    // Load is what every control plane placed (the registry), so replicas agree on it; if the
+    // database cannot say, this process's view (last hello plus its own changes since).
+    const placed = await this.o.registry.placedMemory(this.o.nowMs() - IN_FLIGHT_MS).catch(() => null);
     const load = (m: Member): number => {
       const c = m.hello?.capacity;
-      return c && c.memory_mb > 0 ? (c.committed_mb + m.placedMb) / c.memory_mb : m.placedCount;
+      const mb = placed ? (placed.get(this.nodeIdOf(m)) ?? 0) : (c?.committed_mb ?? 0) + m.deltaMb;
+      return c && c.memory_mb > 0 ? mb / c.memory_mb : mb;
     };
     const affine = (m: Member): number => {
       const a = this.o.affinity;
@@ -169,52 +176,69 @@ export class RunnerFleet implements RunnerPort {
       const reg = this.registryView.get(this.nodeIdOf(m));
       if (reg?.draining || reg?.lost_ms != null) return false;
       const c = m.hello.capacity;
-      return !c || (c.free_mb - m.placedMb >= memoryMb && c.capsules + m.placedCount < c.max_capsules);
+      return !c || (c.free_mb - m.deltaMb >= memoryMb && c.capsules + m.deltaCount < c.max_capsules);
     });
-    // Ties are broken at random so that replicas placing at once do not all pick the same runner.
+    // Equal loads are broken at random, so that replicas placing at once do not all pick the same runner.
     const tie = new Map(fits.map((m) => [m, Math.random()]));
     return fits.sort((a, b) => affine(a) - affine(b) || load(a) - load(b) || tie.get(a)! - tie.get(b)!);
   }
 
   async create(req: CreateCapsuleRequest) {
     let last: unknown = new RunnerError('capacity', 'no runner can take the capsule now');
-    for (const m of this.candidates(req.memory_mb).slice(0, 3)) {
+    let candidates = await this.candidates(req.memory_mb);
+    // The estimate says full: capsules other replicas destroyed since the last hello may have freed room.
+    if (candidates.length === 0) {
+      await this.heartbeat();
+      candidates = await this.candidates(req.memory_mb);
+    }
+    for (const m of candidates.slice(0, 3)) {
       const nodeId = this.nodeIdOf(m);
-      await this.o.registry.place(req.capsule_id, nodeId, this.o.nowMs());
-      m.placedMb += req.memory_mb;
-      m.placedCount++;
+      await this.o.registry.place(req.capsule_id, nodeId, req.memory_mb, this.o.nowMs());
+      this.count(m, req.memory_mb, 1);
       try {
         const created = await m.runner.create(req);
-        this.remember(req.capsule_id, nodeId);
+        this.remember(req.capsule_id, nodeId, req.memory_mb);
         return created;
       } catch (e) {
-        m.placedMb -= req.memory_mb;
-        m.placedCount--;
+        this.count(m, -req.memory_mb, -1);
         // Full or gone since its last hello: try the next runner; anything else is the answer.
-        if (!(e instanceof RunnerError) || (e.code !== 'capacity' && e.code !== 'unavailable')) throw e;
+        if (!(e instanceof RunnerError) || (e.code !== 'capacity' && e.code !== 'unavailable')) {
+          await this.o.registry.unplace(req.capsule_id).catch(() => undefined);
+          throw e;
+        }
         last = e;
       }
     }
+    await this.o.registry.unplace(req.capsule_id).catch(() => undefined);
     throw last;
   }
 
-  private remember(capsuleId: string, nodeId: string): void {
+  private count(m: Member, mb: number, n: number): void {
+    m.deltaMb += mb;
+    m.deltaCount += n;
+  }
+
+  private remember(capsuleId: string, nodeId: string, memoryMb: number | null): void {
     if (this.placements.size >= PLACEMENT_CACHE) this.placements.delete(this.placements.keys().next().value!);
-    this.placements.set(capsuleId, nodeId);
+    this.placements.set(capsuleId, { nodeId, memoryMb });
   }
 
   /** The runner a capsule was placed on, from any replica's placement. */
-  private async runnerOf(capsuleId: string): Promise<ReconnectingRunner> {
-    let nodeId = this.placements.get(capsuleId);
-    if (nodeId === undefined) {
-      const p = await this.o.registry.placementOf(capsuleId);
-      if (!p) throw new RunnerError('not_found', 'the capsule was placed on no runner');
-      nodeId = p.node_id;
-      this.remember(capsuleId, nodeId);
+  private async memberOf(capsuleId: string): Promise<{ m: Member; memoryMb: number | null }> {
+    let p = this.placements.get(capsuleId);
+    if (p === undefined) {
+      const row = await this.o.registry.placementOf(capsuleId);
+      if (!row) throw new RunnerError('not_found', 'the capsule was placed on no runner');
+      p = { nodeId: row.node_id, memoryMb: null };
+      this.remember(capsuleId, p.nodeId, null);
     }
-    const m = this.byNode.get(nodeId);
-    if (!m) throw new RunnerError('unavailable', `runner ${nodeId} is not reachable from this control plane`);
-    return m.runner;
+    const m = this.byNode.get(p.nodeId);
+    if (!m) throw new RunnerError('unavailable', `runner ${p.nodeId} is not reachable from this control plane`);
+    return { m, memoryMb: p.memoryMb };
+  }
+
+  private async runnerOf(capsuleId: string): Promise<ReconnectingRunner> {
+    return (await this.memberOf(capsuleId)).m.runner;
   }
 
   async hello(): Promise<RunnerHello> {
@@ -266,7 +290,13 @@ export class RunnerFleet implements RunnerPort {
     return (await this.runnerOf(id)).readOutput(id, filename);
   }
   async destroy(id: string) {
-    return (await this.runnerOf(id)).destroy(id);
+    const { m, memoryMb } = await this.memberOf(id);
+    const r = await m.runner.destroy(id);
+    // Free again before the next hello says so (memory known when this process created it; else the node's mean).
+    const c = m.hello?.capacity;
+    this.count(m, -(memoryMb ?? (c && c.capsules > 0 ? c.committed_mb / c.capsules : 0)), -1);
+    this.placements.delete(id);
+    return r;
   }
   async usage(id: string) {
     return (await this.runnerOf(id)).usage(id);

@@ -101,6 +101,8 @@ export class Sweeper {
         this.d.log.error({ node_id }, 'runner declared lost: its live capsules end expired_unclean');
       for (const c of await registry.liveCapsulesOnLostNodes(100))
         await this.isolated(c.id, 'partial proof', () => this.destruction.partial(c, RUNNER_LOST));
+      // Placements of creates that were undone, or of capsules given up, after an hour.
+      await registry.prunePlacements(nowMs - 3_600_000);
     } catch (e) {
       this.d.log.error({ err: e }, 'sweeper: lost runner check failed');
     }

@@ -206,7 +206,8 @@ export class Migration0017RunnerNodes extends Migration {
       "capacity" text null, "heartbeat_at" bigint not null, "draining" integer not null default 0,
       "lost_at" bigint null)`);
     this.addSql(`create table "capsule_placements" (
-      "capsule_id" varchar(64) primary key, "node_id" varchar(128) not null, "placed_at" bigint not null)`);
+      "capsule_id" varchar(64) primary key, "node_id" varchar(128) not null, "memory_mb" integer not null,
+      "placed_at" bigint not null)`);
     this.addSql(`create index "capsule_placements_node_idx" on "capsule_placements" ("node_id")`);
   }
 }

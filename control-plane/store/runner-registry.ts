@@ -84,13 +84,41 @@ export class SqlRunnerRegistry implements RunnerRegistry {
     return declared;
   }
 
-  async place(capsuleId: string, nodeId: string, nowMs: number): Promise<void> {
+  async place(capsuleId: string, nodeId: string, memoryMb: number, nowMs: number): Promise<void> {
     // A create retried on another runner moves its placement.
     await run(
       this.em(),
-      `insert into "capsule_placements" ("capsule_id", "node_id", "placed_at") values (?, ?, ?)
-       on conflict ("capsule_id") do update set "node_id" = excluded."node_id", "placed_at" = excluded."placed_at"`,
-      [capsuleId, nodeId, nowMs],
+      `insert into "capsule_placements" ("capsule_id", "node_id", "memory_mb", "placed_at") values (?, ?, ?, ?)
+       on conflict ("capsule_id") do update set "node_id" = excluded."node_id", "memory_mb" = excluded."memory_mb",
+         "placed_at" = excluded."placed_at"`,
+      [capsuleId, nodeId, memoryMb, nowMs],
+    );
+  }
+
+  async unplace(capsuleId: string): Promise<void> {
+    await run(this.em(), 'delete from "capsule_placements" where "capsule_id" = ?', [capsuleId]);
+  }
+
+  async placedMemory(inFlightSinceMs: number): Promise<Map<string, number>> {
+    // Destroyed capsules' placements are gone (deleted with the status move), so this reads live ones only.
+    const rows = await all<{ node_id: string; mb: unknown }>(
+      this.em(),
+      `select p."node_id", sum(p."memory_mb") as "mb" from "capsule_placements" p
+       left join "capsules" c on c."id" = p."capsule_id"
+       where (c."id" is null and p."placed_at" >= ?) or c."status" in ${LIVE_IN}
+       group by p."node_id"`,
+      [inFlightSinceMs, ...LIVE_STATUSES],
+    );
+    return new Map(rows.map((r) => [r.node_id, num(r.mb)]));
+  }
+
+  async prunePlacements(beforeMs: number): Promise<number> {
+    return run(
+      this.em(),
+      `delete from "capsule_placements" where "placed_at" < ?
+       and not exists (select 1 from "capsules" c where c."id" = "capsule_placements"."capsule_id"
+         and c."status" in ${LIVE_IN})`,
+      [beforeMs, ...LIVE_STATUSES],
     );
   }
 

@@ -605,6 +605,8 @@ export class SqlStore implements Store {
         if (d.destroyed_at !== null) set.destroyed_at = d.destroyed_at;
         const moved = await em.nativeUpdate(CapsuleEntity, { id: d.capsule.id, status: { $in: [...d.from] } }, set);
         if (moved !== 1) throw new ApiError('resource_conflict', 'capsule already destroyed');
+        // Several runners: the capsule no longer occupies its runner.
+        await this.run('delete from "capsule_placements" where "capsule_id" = ?', [d.capsule.id], em);
         await insertOutbox(em, d.events ?? []);
         await this.run(
           'update "accounts" set "live_capsules" = "live_capsules" - 1 where "customer_id" = ? and "live_capsules" > 0',

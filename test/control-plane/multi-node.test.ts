@@ -9,19 +9,12 @@
 // retry with the same Idempotency-Key on the other replica succeeds and the
 // account holds exactly one capsule for it.
 import t from 'tap';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { verifyProof } from '../../shared/proof/index.js';
-import { RunnerClient } from '../../shared/node/runner-client.js';
-import { pki } from '../helpers/cosign-signer.js';
-import { startRunner, type StartedRunner } from '../helpers/runner.js';
-import { testHosts } from '../helpers/netns.js';
-import { dbQuery, freshDb, serveProcess, testMasterKeyFile, type Api, type ServeProcess } from './harness.js';
+import { startCluster } from '../helpers/cluster.js';
+import { dbQuery, type Api } from './harness.js';
 
 const CLI = new URL('../../cli/capsule.js', import.meta.url).pathname;
-const PORT = 7443;
 
 /** Runs `items` through `f` with at most `n` at once. */
 async function pool<T, R>(items: T[], n: number, f: (x: T, i: number) => Promise<R>): Promise<R[]> {
@@ -49,88 +42,16 @@ async function until<T>(what: string, f: () => Promise<T | null | undefined | fa
 }
 
 t.test('two replicas, three runners on their own hosts', async (t) => {
-  const net = testHosts(4);
-  t.teardown(() => net.remove());
-  const dir = mkdtempSync(join(tmpdir(), 'multi-node-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const p = pki(dir);
-  p.ca('operator-ca');
-  p.ca('other-ca');
-  for (const [i, h] of net.hosts.entries())
-    p.leaf(
-      `runner${i}`,
-      i === 3 ? 'other-ca' : 'operator-ca',
-      `subjectAltName=IP:${h.address}\nextendedKeyUsage=serverAuth\n`,
-    );
-  p.leaf('control-plane', 'operator-ca', 'extendedKeyUsage=clientAuth\n');
-
-  const runners: StartedRunner[] = [];
-  const startOn = async (i: number): Promise<StartedRunner> => {
-    const h = net.hosts[i]!;
-    const r = await startRunner({
-      netns: h.netns,
-      options: {
-        listen: `${h.address}:${PORT}`,
-        tls_ca: p.path('operator-ca.pem'),
-        tls_cert: p.path(`runner${i}.pem`),
-        tls_key: p.path(`runner${i}.key`),
-        node_id: `node-${i}`,
-        node_memory_mb: '16384',
-      },
-    });
-    runners[i] = r;
-    return r;
-  };
-  await Promise.all([0, 1, 2, 3].map(startOn));
-  t.teardown(() => Promise.all(runners.map((r) => r.stop().catch(() => undefined))));
-  // A direct mutual-TLS client per runner: what each one really holds.
-  const direct = net.hosts.slice(0, 3).map(
-    (h) =>
-      new RunnerClient({
-        host: h.address,
-        port: PORT,
-        ca: p.read('operator-ca.pem'),
-        cert: p.read('control-plane.pem'),
-        key: p.read('control-plane.key'),
-      }),
-  );
-  t.teardown(() => Promise.all(direct.map((c) => c.close())));
-
-  const db = await freshDb('postgresql');
-  t.teardown(() => db.drop());
-  const env = {
-    PATH: process.env.PATH,
-    DATABASE_URL: db.url,
-    CAPSULE_RATE_LIMITS: 'off',
-    LOG_LEVEL: 'warn',
-    CAPSULE_SWEEP_INTERVAL_MS: '300',
-    CAPSULE_SHUTDOWN_GRACE_MS: '500',
-    // The fourth address is the runner another CA vouches for: listed, never trusted.
-    CAPSULE_RUNNERS: net.hosts.map((h) => `${h.address}:${PORT}`).join(','),
-    CAPSULE_RUNNER_CLIENT_CA_FILE: p.path('operator-ca.pem'),
-    CAPSULE_RUNNER_CLIENT_CERT_FILE: p.path('control-plane.pem'),
-    CAPSULE_RUNNER_CLIENT_KEY_FILE: p.path('control-plane.key'),
-    CAPSULE_RUNNER_HEARTBEAT_MS: '300',
-    CAPSULE_RUNNER_LOST_AFTER_MS: '2000',
-  };
-  const replicas: ServeProcess[] = [];
-  const dataDirs = [0, 1].map((i) => mkdtempSync(join(tmpdir(), `multi-node-cp${i}-`)));
-  const master = testMasterKeyFile(dataDirs[0]!);
-  const serve = async (i: number): Promise<ServeProcess> => {
-    replicas[i] = await serveProcess({ ...env, CAPSULE_MASTER_KEY_FILE: master }, dataDirs[i]!);
-    return replicas[i];
-  };
-  await serve(0);
-  await serve(1);
-  t.teardown(async () => {
-    for (const r of replicas) {
-      if (r.child.exitCode !== null || r.child.signalCode !== null) continue;
-      r.child.kill('SIGTERM');
-      await new Promise((res) => r.child.once('exit', res));
-    }
-    for (const d of dataDirs) rmSync(d, { recursive: true, force: true });
+  // The fourth runner's certificate is from another CA: listed in CAPSULE_RUNNERS, never trusted.
+  const cl = await startCluster({
+    runners: 3,
+    replicas: 2,
+    rogue: true,
+    env: { CAPSULE_SWEEP_INTERVAL_MS: '300', CAPSULE_RUNNER_HEARTBEAT_MS: '300', CAPSULE_RUNNER_LOST_AFTER_MS: '2000' },
   });
-  const api = (i: number): Api => replicas[i]!.api;
+  t.teardown(() => cl.close());
+  const { db, direct, runners, replicas, env } = cl;
+  const api = (i: number): Api => cl.api(i);
   for (const i of [0, 1]) t.equal((await api(i).req('GET', '/v1/health/ready')).status, 200, `replica ${i} ready`);
 
   const u = await api(0).signup();
@@ -214,10 +135,7 @@ t.test('two replicas, three runners on their own hosts', async (t) => {
   );
 
   // Draining node-0: new capsules go to node-2 only.
-  const drain = spawnSync(process.execPath, [CLI, 'admin', 'drain', 'node-0'], {
-    env: { ...env, CAPSULE_MASTER_KEY_FILE: master },
-    encoding: 'utf8',
-  });
+  const drain = spawnSync(process.execPath, [CLI, 'admin', 'drain', 'node-0'], { env, encoding: 'utf8' });
   t.equal(drain.status, 0, drain.stderr);
   await new Promise((r) => setTimeout(r, 800)); // both replicas re-read the registry
   const fresh = await pool([0, 1, 2, 3], 2, async (i) => {
@@ -269,6 +187,6 @@ t.test('two replicas, three runners on their own hosts', async (t) => {
     });
     t.equal(again.body.id, retry.body.id, `round ${round}: a further retry replays it`);
     await api(other).req('DELETE', `/v1/capsules/${retry.body.id}`, { key: u.key });
-    await serve(victim);
+    await cl.serve(victim);
   }
 });
