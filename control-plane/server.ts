@@ -172,7 +172,8 @@ export async function startControlPlane(
       pollMs: wh.pollMs,
       baseUrl: webhookBase,
     },
-    egress,
+    // Sealed egress bridges a Unix socket of this process into the capsule: only a runner on this host can reach it.
+    egress: localRunner ? egress : null,
     baseImage: opts.baseImage ?? new HostBaseImage(),
     capsulefileLimits: config.capsulefileLimits,
     runner,

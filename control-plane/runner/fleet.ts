@@ -19,6 +19,8 @@ import { ReconnectingRunner } from './reconnecting.js';
 export interface RunnerAddress {
   host: string;
   port: number;
+  /** The DNS name the address was found through: the name the runner's certificate must carry. */
+  servername?: string;
 }
 
 export interface FleetOptions {
@@ -52,7 +54,7 @@ interface Member {
 
 /** Resolves `dns:<name>:<port>` to every address of the name (a headless Service lists one per runner pod). */
 export function dnsAddresses(name: string, port: number): () => Promise<RunnerAddress[]> {
-  return async () => (await lookup(name, { all: true })).map((a) => ({ host: a.address, port }));
+  return async () => (await lookup(name, { all: true })).map((a) => ({ host: a.address, port, servername: name }));
 }
 
 export class RunnerFleet implements RunnerPort {

@@ -40,8 +40,10 @@ const ERROR_CODES: ReadonlySet<string> = new Set<RunnerErrorCode>([
 export interface RunnerTlsTarget {
   host: string;
   port: number;
-  /** The operator's CA: the runner's certificate must chain to it and name `host`. */
+  /** The operator's CA: the runner's certificate must chain to it and name `host` (or `servername`). */
   ca: string;
+  /** The name the certificate must carry when `host` is an address found through it (DNS discovery). */
+  servername?: string;
   cert: string;
   key: string;
 }
@@ -155,6 +157,8 @@ export class RunnerClient implements RunnerPort {
           : tlsConnect({
               host: t.host,
               port: t.port,
+              // Discovered by DNS: dial the address, check the certificate names the discovered name.
+              ...(t.servername ? { servername: t.servername } : {}),
               ca: t.ca,
               ...(t.cert && t.key ? { cert: t.cert, key: t.key } : {}),
               minVersion: 'TLSv1.3',

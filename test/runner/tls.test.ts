@@ -13,6 +13,8 @@ import { RunnerError } from '../../shared/runner-protocol.js';
 import { verifyProof } from '../../shared/proof/index.js';
 import { pki } from '../helpers/cosign-signer.js';
 import { startRunner } from '../helpers/runner.js';
+import { dnsAddresses, RunnerFleet } from '../../control-plane/runner/index.js';
+import type { RunnerRegistry } from '../../control-plane/domain/index.js';
 import { freshDb, serveProcess, testMasterKeyFile } from '../control-plane/harness.js';
 
 t.test('runner protocol over mutual TLS', async (t) => {
@@ -21,7 +23,7 @@ t.test('runner protocol over mutual TLS', async (t) => {
   const p = pki(dir);
   p.ca('operator-ca');
   p.ca('other-ca');
-  p.leaf('runner', 'operator-ca', 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n');
+  p.leaf('runner', 'operator-ca', 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n');
   p.leaf('control-plane', 'operator-ca', 'extendedKeyUsage=clientAuth\n');
   p.leaf('intruder', 'other-ca', 'extendedKeyUsage=clientAuth\n');
 
@@ -70,6 +72,36 @@ t.test('runner protocol over mutual TLS', async (t) => {
   await refused('a runner whose certificate is not from the CA the control plane trusts', {
     ca: p.read('other-ca.pem'),
   });
+
+  // DNS discovery: every address of the name is dialled, the certificate must carry the name.
+  const heartbeats: string[] = [];
+  const registry = {
+    heartbeat: async (n: { node_id: string; address: string }) => void heartbeats.push(`${n.node_id}@${n.address}`),
+    runnerNodes: async () => [],
+  } as unknown as RunnerRegistry;
+  const fleet = new RunnerFleet({
+    addresses: dnsAddresses('localhost', port),
+    connect: (a) =>
+      new RunnerClient({
+        ...a,
+        ca: p.read('operator-ca.pem'),
+        cert: p.read('control-plane.pem'),
+        key: p.read('control-plane.key'),
+      }),
+    registry,
+    nowMs: () => Date.now(),
+    heartbeatMs: 60_000,
+    affinity: null,
+    log: { warn: () => undefined },
+  });
+  await fleet.start();
+  t.same(
+    fleet.nodes().map((n) => n.node_id),
+    ['node-a'],
+    'dns:localhost finds the runner; its certificate names localhost',
+  );
+  t.ok(heartbeats.includes(`node-a@127.0.0.1:${port}`), 'the registry heard its heartbeat under its address');
+  await fleet.close();
 
   // capsule serve over TLS: no local runner, the whole lifecycle on the remote one.
   const db = await freshDb('sqlite');
