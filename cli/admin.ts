@@ -7,6 +7,7 @@ import {
   ConfigError,
   listRunners,
   loadConfigFromProcess,
+  migrate,
   rotateKey,
   setRunnerDraining,
   setTier,
@@ -15,6 +16,7 @@ import {
 const USAGE = `usage: capsule admin set-tier --email E --tier T [--data-dir DIR]
        capsule admin rotate-key --email E [--data-dir DIR]
        capsule admin drain NODE | undrain NODE | runners
+       capsule admin migrate   (apply the database migrations and exit)
        tiers: free, starter (developer), business (team), enterprise
        rotate-key prints a new live API key and revokes every other key of the account (a lost key)
 `;
@@ -28,6 +30,7 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (cmd === 'drain' || cmd === 'undrain' || cmd === 'runners') return runners(cmd, rest);
+  if (cmd === 'migrate') return migrateCmd(rest);
   const required = cmd === undefined ? undefined : REQUIRED[cmd];
   if (!required) {
     process.stderr.write(`capsule admin: unknown command ${JSON.stringify(cmd ?? '')}\n${USAGE}`);
@@ -96,6 +99,24 @@ async function runners(cmd: 'drain' | 'undrain' | 'runners', rest: string[]): Pr
     process.stdout.write(
       `${node}: ${cmd === 'drain' ? 'draining (no new capsules; live ones run on)' : 'accepting capsules'}\n`,
     );
+    return 0;
+  } catch (e) {
+    if (e instanceof AdminError || e instanceof ConfigError) {
+      process.stderr.write(`capsule admin: ${e.message}\n`);
+      return 1;
+    }
+    throw e;
+  }
+}
+
+async function migrateCmd(rest: string[]): Promise<number> {
+  if (rest.length !== 0) {
+    process.stderr.write(`capsule admin: migrate takes no argument\n${USAGE}`);
+    return 2;
+  }
+  try {
+    const n = await migrate(loadConfigFromProcess({}));
+    process.stdout.write(`database schema up to date (${n} migrations applied)\n`);
     return 0;
   } catch (e) {
     if (e instanceof AdminError || e instanceof ConfigError) {

@@ -2,7 +2,7 @@
 import type { Config } from './config.js';
 import { normalizeTier, type RunnerNode, type Tier } from './domain/index.js';
 import { issueKey, systemClock, systemRandom } from './service/index.js';
-import { openStore, openStores } from './store/index.js';
+import { MIGRATION_COUNT, openStore, openStores } from './store/index.js';
 
 export class AdminError extends Error {}
 
@@ -62,6 +62,18 @@ export async function listRunners(config: Config): Promise<RunnerNode[]> {
   const { store, runners } = await openStores(config.database);
   try {
     return await runners.runnerNodes();
+  } finally {
+    await store.close();
+  }
+}
+
+/** `capsule admin migrate`: applies the database migrations (opening the store does) and checks none is left. */
+export async function migrate(config: Config): Promise<number> {
+  const store = await openStore(config.database);
+  try {
+    const pending = await store.pendingMigrations();
+    if (pending.length > 0) throw new AdminError(`migrations not applied: ${pending.join(', ')}`);
+    return MIGRATION_COUNT;
   } finally {
     await store.close();
   }

@@ -1,7 +1,7 @@
 // Public entry of the control plane (for the CLI and tests).
 export { loadConfig, loadConfigFromProcess, ConfigError, type Config, type ConfigOverrides } from './config.js';
 export { startControlPlane, type ControlPlane, type StartOptions } from './server.js';
-export { setTier, rotateKey, setRunnerDraining, listRunners, AdminError } from './admin.js';
+export { setTier, rotateKey, setRunnerDraining, listRunners, migrate, AdminError } from './admin.js';
 export { ReconnectingRunner } from './runner/index.js';
 export {
   CAPSULEFILE_YAML,

@@ -15,11 +15,13 @@ import { SqlEgressProfileStore } from './egress-store.js';
 import { SqlKeyStore } from './key-store.js';
 import { SqlUsageStore } from './usage-store.js';
 import { openOrm, type DbConfig } from './orm.js';
+import { MIGRATIONS } from './migrations.js';
 import { SqlStore } from './sql-store.js';
 import { SqlRunnerRegistry } from './runner-registry.js';
 import { SqlWebhookStore } from './webhook-store.js';
 
 export type { DbConfig } from './orm.js';
+export const MIGRATION_COUNT = MIGRATIONS.length;
 
 /** Opens the database, applies migrations, returns the Store. */
 export async function openStore(db: DbConfig): Promise<Store> {
