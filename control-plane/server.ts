@@ -152,7 +152,9 @@ export async function startControlPlane(
     ...(opts.webhookResolver ? { resolver: opts.webhookResolver } : {}),
     log: (fields, msg) => logger.warn(fields, msg),
   });
+  const metrics = createMetrics(runner, () => store.queueDepths());
   const deps = {
+    metrics,
     store,
     keys,
     usage,
@@ -231,7 +233,7 @@ export async function startControlPlane(
       60_000,
       config.database.driver === 'postgresql' ? (key, start) => store.countRateHit(key, start) : null,
     ),
-    metrics: createMetrics(runner),
+    metrics,
     options: {
       docsUrl,
       rateLimits: config.rateLimits,

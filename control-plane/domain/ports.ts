@@ -22,6 +22,12 @@ import type {
 import type { ActivityEvent, CustomerAttestation } from '../../shared/proof/index.js';
 import type { OutboxEvent } from './webhooks.js';
 
+/** What the services report to the operator's metrics (no I/O; the HTTP edge exports it). */
+export interface ServiceMetrics {
+  /** One proof signature: how long it took, and whether the managed key was unavailable (buffered). */
+  proofSigned(seconds: number, outcome: 'signed' | 'buffered'): void;
+}
+
 export interface Clock {
   /** Milliseconds since the epoch. */
   nowMs(): number;
@@ -113,6 +119,8 @@ export interface Store {
   ping(): Promise<void>;
   /** Migrations this code knows that the database has not applied (another replica's rollback, a failed start). */
   pendingMigrations(): Promise<string[]>;
+  /** Work waiting in the database: proofs awaiting the signing key, webhook deliveries not yet made. */
+  queueDepths(): Promise<{ unsigned_proofs: number; webhook_deliveries_pending: number }>;
   close(): Promise<void>;
 
   // Accounts and keys

@@ -1,18 +1,20 @@
 // Prometheus metrics of one control plane (`GET /metrics`, text exposition
 // format): request rate and latency by route, method and status (exec and
-// destroy latency are their routes' series), the runner's capsules and
+// destroy latency are their routes' series), proof signing time, queue
+// depths (unsigned proofs, webhook deliveries), the runner's capsules and
 // memory, and the process's own figures. One registry per control plane, so
 // several in one process (tests) never share counters. Route labels are the
 // router's patterns, never raw paths: ids cannot grow the series.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { RunnerCapacity, RunnerHello, RunnerPort } from '../../shared/runner-protocol.js';
+import type { ServiceMetrics, Store } from '../domain/index.js';
 
-export interface HttpMetrics {
+export interface HttpMetrics extends ServiceMetrics {
   registry: Registry;
   observe(method: string, route: string | null, status: number, seconds: number): void;
 }
 
-export function createMetrics(runner: RunnerPort): HttpMetrics {
+export function createMetrics(runner: RunnerPort, queues: () => ReturnType<Store['queueDepths']>): HttpMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'capsule_' });
   const requests = new Counter({
@@ -68,8 +70,42 @@ export function createMetrics(runner: RunnerPort): HttpMetrics {
   perNode('capsule_runner_committed_memory_mb', 'Memory committed to live capsules (MB)', (c) => c.committed_mb);
   perNode('capsule_runner_free_memory_mb', 'Memory the runner can still admit (MB)', (c) => c.free_mb);
 
+  const signing = new Histogram({
+    name: 'capsule_proof_signing_seconds',
+    help: 'Time to sign one proof, by outcome (buffered: the managed key was unavailable)',
+    labelNames: ['outcome'] as const,
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5],
+    registers: [registry],
+  });
+  // Queue depths are read from the database at scrape time (shared by every replica).
+  let depths: ReturnType<typeof queues> | null = null;
+  const readDepths = (): ReturnType<typeof queues> => {
+    depths ??= queues().finally(() => setTimeout(() => (depths = null), 250).unref());
+    return depths;
+  };
+  const depth = (name: string, help: string, pick: (d: Awaited<ReturnType<typeof queues>>) => number): void => {
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      async collect() {
+        const d = await readDepths().catch(() => null);
+        if (d) this.set(pick(d));
+      },
+    });
+  };
+  depth('capsule_unsigned_proofs', 'Proofs of wiped capsules waiting for the signing key', (d) => d.unsigned_proofs);
+  depth(
+    'capsule_webhook_deliveries_pending',
+    'Webhook deliveries waiting to be made',
+    (d) => d.webhook_deliveries_pending,
+  );
+
   return {
     registry,
+    proofSigned(seconds, outcome) {
+      signing.observe({ outcome }, seconds);
+    },
     observe(method, route, status, seconds) {
       const r = route ?? 'unmatched';
       requests.inc({ route: r, method, status: String(status) });

@@ -12,6 +12,7 @@ import type {
   PriceTable,
   PurchasableTier,
   RunnerRegistry,
+  ServiceMetrics,
   Random,
   SecretBox,
   SignerPort,
@@ -81,6 +82,8 @@ export interface Deps {
   /** Per-tier Capsulefile limits: memory ceiling of a pinned capsule, Capsulefile count. */
   capsulefileLimits: Record<Tier, { max_memory_mb: number; max_capsulefiles: number | null }>;
   runner: RunnerPort;
+  /** Operator metrics of the services (proof signing); absent in tests that do not look. */
+  metrics?: ServiceMetrics;
   /** Where capsules run and which runners are live (several runners); null with one local runner. */
   runnerRegistry?: RunnerRegistry | null;
   /** A runner no control plane reached for this long is declared lost (CAPSULE_RUNNER_LOST_AFTER_MS). */

@@ -5,6 +5,7 @@
 // Two-phase signing: when the managed key is unavailable the wipe still
 // completes and the unsigned input is stored with the status move (phase 1);
 // signPending signs it, unchanged, once the key is back (phase 2).
+import { performance } from 'node:perf_hooks';
 import { ApiError } from '../../shared/errors.js';
 import {
   emitPartialRecord,
@@ -351,6 +352,13 @@ export class DestructionService {
    * ephemeral key (zeroized after); null when the managed key is unavailable.
    */
   private trySign(emit: (key: SigningKeyMaterial) => AuditRecord): AuditRecord | null {
+    const started = performance.now();
+    const record = this.sign(emit);
+    this.d.metrics?.proofSigned((performance.now() - started) / 1000, record ? 'signed' : 'buffered');
+    return record;
+  }
+
+  private sign(emit: (key: SigningKeyMaterial) => AuditRecord): AuditRecord | null {
     const signer = this.d.signer;
     if (!signer) {
       const key = generateEphemeralKey(this.d.random);

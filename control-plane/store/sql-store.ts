@@ -144,6 +144,16 @@ export class SqlStore implements Store {
     await this.em().getConnection().execute('select 1 as ok', [], 'all');
   }
 
+  async queueDepths(): Promise<{ unsigned_proofs: number; webhook_deliveries_pending: number }> {
+    const rows = await all<{ p: unknown; w: unknown }>(
+      this.em(),
+      `select (select count(*) from "pending_proofs" where "signed_at" is null) as "p",
+              (select count(*) from "webhook_deliveries" where "status" = 'pending') as "w"`,
+      [],
+    );
+    return { unsigned_proofs: num(rows[0]?.p ?? 0), webhook_deliveries_pending: num(rows[0]?.w ?? 0) };
+  }
+
   async pendingMigrations(): Promise<string[]> {
     const rows = await all<{ name: string }>(this.em(), 'select "name" from "schema_migrations"', []);
     const done = new Set(rows.map((r) => r.name));

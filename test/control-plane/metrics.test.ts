@@ -67,4 +67,11 @@ t.test('metrics', async (t) => {
     (await api.req('GET', '/metrics', { headers: { authorization: 'Bearer scrape-secret' } })).text,
   );
   t.equal(after.find((x) => x.name === 'capsule_runner_capsules')?.value, 0, 'read at scrape time');
+  t.equal(
+    after.find((x) => x.name === 'capsule_proof_signing_seconds_count' && x.labels.outcome === 'signed')?.value,
+    1,
+    'the destroy signed one proof',
+  );
+  t.equal(after.find((x) => x.name === 'capsule_unsigned_proofs')?.value, 0, 'no proof waits for the key');
+  t.equal(after.find((x) => x.name === 'capsule_webhook_deliveries_pending')?.value, 0, 'no webhook queued');
 });
