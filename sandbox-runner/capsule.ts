@@ -24,7 +24,8 @@ import { groupPids, killGroup, procsFiles, removeGroup, writerProcsFile, type Cg
 import type { Clock, Random } from './clock.js';
 import type { RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
-import { prepareExec, runExec, type Prepared, type SandboxObservation } from './exec.js';
+import type { SandboxObservation } from './exec.js';
+import { ExecHost, type PreparedRef } from './exec-host.js';
 import { validateFilename } from './files.js';
 import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
 import { baseEnv, type SandboxSpec } from './sandbox.js';
@@ -58,7 +59,7 @@ interface Capsule {
   observations: SandboxObservation[];
   execCount: number;
   /** The wrapper of the next exec, started ahead of time (see sandbox.ts). */
-  prepared: Prepared | null;
+  prepared: PreparedRef | null;
   /** The writer of the next upload or exec input, started ahead of time (see charged.ts). */
   writer: PreparedWriter | null;
 }
@@ -94,6 +95,8 @@ export class CapsuleManager {
   private shuttingDown = false;
   /** Listing, reads and wipes run in worker threads, never on this event loop. */
   private readonly files = new FileWorkers();
+  /** Execs (process start, pipes, timeouts) run in a worker thread, never on this event loop. */
+  private readonly execs = new ExecHost();
 
   constructor(private readonly d: ManagerDeps) {
     mkdirSync(capsulesDir(d.config.stateDir), { recursive: true, mode: 0o711 });
@@ -281,12 +284,8 @@ export class CapsuleManager {
     return join(c.record.tmpfs_dir, '.exec');
   }
 
-  private prepare(c: Capsule): Prepared | null {
-    try {
-      return prepareExec(procsFiles(c.record.cgroup), this.argFile(c), this.d.seccompPath);
-    } catch {
-      return null; // the exec starts a wrapper itself
-    }
+  private prepare(c: Capsule): PreparedRef {
+    return this.execs.prepare(procsFiles(c.record.cgroup), this.argFile(c), this.d.seccompPath);
   }
 
   private startWriter(c: Capsule): PreparedWriter | null {
@@ -311,10 +310,7 @@ export class CapsuleManager {
   private async dropPrepared(c: Capsule): Promise<void> {
     const p = c.prepared;
     c.prepared = null;
-    if (!p || !p.alive) return;
-    const gone = new Promise<void>((resolve) => p.child.once('exit', () => resolve()));
-    p.child.kill('SIGKILL');
-    await Promise.race([gone, new Promise((r) => setTimeout(r, 2000))]);
+    await this.execs.drop(p);
   }
 
   private observe(c: Capsule, o: SandboxObservation): void {
@@ -349,7 +345,7 @@ export class CapsuleManager {
         const executedAt = this.d.clock.iso();
         const prepared = c.prepared;
         c.prepared = null;
-        const r = await runExec({
+        const r = await this.execs.run({
           spec: { ...this.spec(c, req.command, env), cwd },
           cgroup: c.record.cgroup,
           seccompPath: this.d.seccompPath,
@@ -358,7 +354,6 @@ export class CapsuleManager {
           timeoutMs: req.timeout_ms,
           killGraceMs: bounds.killGraceMs,
           maxOutputBytes: bounds.maxOutputBytes,
-          clock: this.d.clock,
           // The first exec is observed (namespaces, mount table); later ones run unobserved (speed).
           ...(c.observations.length === 0 ? { observe: (o: SandboxObservation) => this.observe(c, o) } : {}),
           onStart: (abort) => {
@@ -473,19 +468,20 @@ export class CapsuleManager {
       // Never executed: observe the capsule's sandbox once so step 1/2 rest on a measurement.
       const prepared = c.prepared;
       c.prepared = null;
-      await runExec({
-        spec: this.spec(c, 'true', {}),
-        cgroup: c.record.cgroup,
-        seccompPath: this.d.seccompPath,
-        argFile: this.argFile(c),
-        prepared,
-        timeoutMs: 5000,
-        killGraceMs: 100,
-        maxOutputBytes: 1024,
-        clock: this.d.clock,
-        observe: (o) => this.observe(c, o),
-        observeKind: 'destroy_probe',
-      }).catch(() => undefined);
+      await this.execs
+        .run({
+          spec: this.spec(c, 'true', {}),
+          cgroup: c.record.cgroup,
+          seccompPath: this.d.seccompPath,
+          argFile: this.argFile(c),
+          prepared,
+          timeoutMs: 5000,
+          killGraceMs: 100,
+          maxOutputBytes: 1024,
+          observe: (o) => this.observe(c, o),
+          observeKind: 'destroy_probe',
+        })
+        .catch(() => undefined);
     }
     await this.dropPrepared(c);
     const writer = c.writer;
@@ -580,5 +576,6 @@ export class CapsuleManager {
         /* recovery on next start covers it */
       }
     }
+    await this.execs.close();
   }
 }

@@ -9,7 +9,8 @@ import { groupPids, killGroup, oomKills, procsFiles, signalGroup, type CapsuleCg
 import type { Clock } from './clock.js';
 import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
 import { argFileText, BLOCK_FD, GO_FD, INFO_FD, sandboxArgv, wrapperArgv, type SandboxSpec } from './sandbox.js';
-import { RunnerError, type ExecResult } from '../shared/runner-protocol.js';
+import { RunnerError } from '../shared/runner-error.js';
+import type { ExecResult } from '../shared/runner-protocol.js';
 
 /** The wire result less its timestamp (stamped by the caller), plus what the sweep found. */
 export interface ExecOutcome extends Omit<ExecResult, 'executed_at'> {

@@ -247,10 +247,20 @@ export async function startUpstreams(pki: Pki) {
     fatHeaders: await listenLocal(fatHeaders as unknown as Server),
     badStatus: await listenLocal(badStatus as unknown as Server),
   };
-  // A port with nothing listening: bind, read the port, close.
-  const tmp = createNetServer();
-  ports['refused' as keyof typeof ports] = await listenLocal(tmp);
-  await new Promise((r) => tmp.close(r));
+  // A port with nothing listening: outside the ephemeral range (32768-60999), so that no other test's
+  // listen(0) takes it between here and its use; bound once to check it is free, then closed.
+  for (;;) {
+    const port = 20000 + Math.floor(Math.random() * 10000);
+    const tmp = createNetServer();
+    const free = await new Promise<boolean>((res) => {
+      tmp.once('error', () => res(false));
+      tmp.listen(port, '127.0.0.1', () => res(true));
+    });
+    if (!free) continue;
+    await new Promise((r) => tmp.close(r));
+    ports['refused' as keyof typeof ports] = port;
+    break;
+  }
   const all = [https, http, rogue, loris, badTls, fatHeaders, badStatus] as unknown as Server[];
   return {
     seen,

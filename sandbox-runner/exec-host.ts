@@ -1,0 +1,150 @@
+// Execs off the serving thread. Starting a process (fork and exec) is
+// synchronous in Node and costs the more the larger the process is: 1 ms
+// from a small process, 6-20 ms from the runner once uploads have grown its
+// heap, and more while capsules keep every core busy (the parent waits for
+// its child to reach exec). One worker thread (exec-thread.ts) therefore
+// starts every sandbox wrapper and owns its pipes, timeout and output
+// capture; the serving thread posts a request and awaits the outcome, so a
+// busy node delays the execs themselves, not every other tenant's frames.
+import { Worker } from 'node:worker_threads';
+import { RunnerError, type RunnerErrorCode } from '../shared/runner-error.js';
+import type { ExecOutcome, ExecParams, SandboxObservation } from './exec.js';
+
+const THREAD_URL = new URL('./exec-thread.js', import.meta.url);
+
+/** A wrapper started ahead of time in the exec thread, waiting inside its capsule's cgroups. */
+export interface PreparedRef {
+  id: number;
+  alive: boolean;
+}
+
+/** What a run needs; clock and the prepared wrapper live in the exec thread. */
+export type RunParams = Omit<ExecParams, 'clock' | 'prepared'> & { prepared: PreparedRef | null };
+
+/** Serving thread -> exec thread. */
+export type ToThread =
+  | { op: 'prepare'; id: number; procs: string[]; argFile: string; seccompPath: string }
+  | { op: 'drop'; id: number }
+  | {
+      op: 'run';
+      id: number;
+      prepared: number | null;
+      params: Omit<RunParams, 'prepared' | 'observe' | 'onStart'>;
+      observe: boolean;
+    }
+  | { op: 'abort'; id: number };
+
+/** Exec thread -> serving thread. */
+export type FromThread =
+  | { op: 'exited'; id: number }
+  | { op: 'dropped'; id: number }
+  | { op: 'observe'; id: number; o: SandboxObservation }
+  | { op: 'done'; id: number; outcome: ExecOutcome }
+  | { op: 'failed'; id: number; code: RunnerErrorCode | null; message: string };
+
+interface Run {
+  resolve: (o: ExecOutcome) => void;
+  reject: (e: Error) => void;
+  observe?: (o: SandboxObservation) => void;
+}
+
+export class ExecHost {
+  private worker: Worker | null = null;
+
+  /** Starts the thread now (its start-up, some 50 ms, stays off the first exec's path). */
+  constructor() {
+    this.thread();
+  }
+
+  private nextId = 1;
+  private readonly runs = new Map<number, Run>();
+  private readonly prepared = new Map<number, PreparedRef>();
+  private readonly drops = new Map<number, () => void>();
+
+  private thread(): Worker {
+    if (this.worker) return this.worker;
+    const w = new Worker(THREAD_URL);
+    w.unref();
+    w.on('message', (m: FromThread) => this.onMessage(m));
+    const lost = (why: string): void => {
+      if (this.worker !== w) return;
+      this.worker = null;
+      // Its wrappers and execs died with it (their pipes were its own): fail them, start afresh next time.
+      for (const r of this.runs.values()) r.reject(new RunnerError('internal', `exec thread ${why}`));
+      this.runs.clear();
+      for (const p of this.prepared.values()) p.alive = false;
+      this.prepared.clear();
+      for (const d of this.drops.values()) d();
+      this.drops.clear();
+    };
+    w.on('error', (e) => lost(`failed: ${e.message}`));
+    w.on('exit', (code) => lost(`exited with ${code}`));
+    this.worker = w;
+    return w;
+  }
+
+  private onMessage(m: FromThread): void {
+    switch (m.op) {
+      case 'exited': {
+        const p = this.prepared.get(m.id);
+        if (p) p.alive = false;
+        this.prepared.delete(m.id);
+        return;
+      }
+      case 'dropped':
+        this.drops.get(m.id)?.();
+        this.drops.delete(m.id);
+        return;
+      case 'observe':
+        this.runs.get(m.id)?.observe?.(m.o);
+        return;
+      case 'done':
+        this.runs.get(m.id)?.resolve(m.outcome);
+        this.runs.delete(m.id);
+        return;
+      case 'failed':
+        this.runs.get(m.id)?.reject(m.code ? new RunnerError(m.code, m.message) : new Error(m.message));
+        this.runs.delete(m.id);
+    }
+  }
+
+  /** Starts the next exec's wrapper in the exec thread (it joins the capsule's cgroups, then waits). */
+  prepare(procs: string[], argFile: string, seccompPath: string): PreparedRef {
+    const ref: PreparedRef = { id: this.nextId++, alive: true };
+    this.prepared.set(ref.id, ref);
+    this.thread().postMessage({ op: 'prepare', id: ref.id, procs, argFile, seccompPath } satisfies ToThread);
+    return ref;
+  }
+
+  /** Kills a waiting wrapper and waits (at most 2 s) until it is gone, so it cannot join a cgroup after a sweep. */
+  async drop(ref: PreparedRef | null): Promise<void> {
+    if (!ref || !ref.alive || !this.worker) return;
+    ref.alive = false;
+    const gone = new Promise<void>((resolve) => this.drops.set(ref.id, resolve));
+    this.worker.postMessage({ op: 'drop', id: ref.id } satisfies ToThread);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([gone, new Promise((r) => (timer = setTimeout(r, 2000)))]);
+    clearTimeout(timer);
+    this.drops.delete(ref.id);
+  }
+
+  /** One exec, run by the exec thread (with the prepared wrapper when it is still alive). */
+  run(p: RunParams): Promise<ExecOutcome> {
+    const id = this.nextId++;
+    const { prepared, observe, onStart, ...params } = p;
+    const w = this.thread();
+    return new Promise<ExecOutcome>((resolve, reject) => {
+      this.runs.set(id, { resolve, reject, ...(observe ? { observe } : {}) });
+      onStart?.(() => this.worker?.postMessage({ op: 'abort', id } satisfies ToThread));
+      const usable = prepared && prepared.alive ? prepared.id : null;
+      if (prepared) this.prepared.delete(prepared.id);
+      w.postMessage({ op: 'run', id, prepared: usable, params, observe: observe !== undefined } satisfies ToThread);
+    });
+  }
+
+  async close(): Promise<void> {
+    const w = this.worker;
+    this.worker = null;
+    await w?.terminate();
+  }
+}
