@@ -19,7 +19,7 @@ import {
   type RunnerCapacity,
   type ListedFile,
 } from '../shared/runner-protocol.js';
-import { dropWriter, prepareWriter, writeCharged, type PreparedWriter } from './charged.js';
+import { writeCharged, type WriterRun } from './charged.js';
 import { groupPids, killGroup, procsFiles, removeGroup, writerProcsFile, type CgroupManager } from './cgroup.js';
 import type { Clock, Random } from './clock.js';
 import type { RunnerConfig } from './config.js';
@@ -61,7 +61,7 @@ interface Capsule {
   /** The wrapper of the next exec, started ahead of time (see sandbox.ts). */
   prepared: PreparedRef | null;
   /** The writer of the next upload or exec input, started ahead of time (see charged.ts). */
-  writer: PreparedWriter | null;
+  writer: PreparedRef | null;
 }
 
 export interface ManagerDeps {
@@ -82,6 +82,11 @@ export interface ManagerDeps {
 /** Where prepareEtc put the /etc of an image root (one per distinct root). */
 export function etcDirFor(stateDir: string, imageRoot: string): string {
   return join(stateDir, 'etc', createHash('sha256').update(imageRoot).digest('hex').slice(0, 16));
+}
+
+/** Zeroes customer bytes still held here; bytes moved to the exec thread are zeroed there once written. */
+function zeroBytes(b: Uint8Array): void {
+  if (b.buffer.byteLength > 0) b.fill(0); // a moved (detached) buffer reads as empty
 }
 
 export class CapsuleManager {
@@ -192,9 +197,9 @@ export class CapsuleManager {
           const app = join(tmpfsDir, 'app');
           mkdirSync(app, { mode: 0o755 });
           await writeCharged(
-            writerProcsFile(record.cgroup),
             0,
             apps.map((a) => ({ dir: app, name: a.name, bytes: a.bytes, field: 'app_files.filename', hash: false })),
+            this.writerRun(writerProcsFile(record.cgroup), null),
           );
         }
         if (egress) {
@@ -260,7 +265,7 @@ export class CapsuleManager {
         storage_limit_bytes: storageMb * 1024 * 1024,
       };
     } finally {
-      for (const a of apps) a.bytes.fill(0);
+      for (const a of apps) zeroBytes(a.bytes);
     }
   }
 
@@ -288,16 +293,17 @@ export class CapsuleManager {
     return this.execs.prepare(procsFiles(c.record.cgroup), this.argFile(c), this.d.seccompPath);
   }
 
-  private startWriter(c: Capsule): PreparedWriter | null {
-    try {
-      return prepareWriter(writerProcsFile(c.record.cgroup));
-    } catch {
-      return null; // the write starts one itself
-    }
+  private startWriter(c: Capsule): PreparedRef {
+    return this.execs.prepareWriter(writerProcsFile(c.record.cgroup));
+  }
+
+  /** A write through the exec thread's writer (prepared, or started for it). */
+  private writerRun(writerProcs: string, prepared: PreparedRef | null): WriterRun {
+    return (header, chunks, hash) => this.execs.write(writerProcs, prepared, header, chunks, hash);
   }
 
   /** The prepared writer for one write; the next one is started once this call is on its way. */
-  private takeWriter(c: Capsule): PreparedWriter | null {
+  private takeWriter(c: Capsule): PreparedRef | null {
     const w = c.writer;
     c.writer = null;
     setImmediate(() => {
@@ -325,7 +331,7 @@ export class CapsuleManager {
 
     const run = async (): Promise<ExecResult> => {
       if (c.state !== 'live') {
-        input?.bytes.fill(0);
+        if (input) zeroBytes(input.bytes);
         throw new RunnerError('busy', `capsule_id: capsule ${c.record.capsule_id} is being destroyed`);
       }
       c.running++;
@@ -333,13 +339,12 @@ export class CapsuleManager {
         if (input) {
           try {
             await writeCharged(
-              writerProcsFile(c.record.cgroup),
               c.record.host_uid,
               [{ dir: input.dir, name: input.name, bytes: input.bytes, field: 'input_filename', hash: false }],
-              this.takeWriter(c),
+              this.writerRun(writerProcsFile(c.record.cgroup), this.takeWriter(c)),
             );
           } finally {
-            input.bytes.fill(0);
+            zeroBytes(input.bytes);
           }
         }
         const executedAt = this.d.clock.iso();
@@ -399,15 +404,16 @@ export class CapsuleManager {
       // The runner's own memory is bounded (runner_memory_mb): concurrent uploads may hold at most
       // a quarter of it; past that they are refused for a retry rather than risk the runner.
       const bound = Math.floor((this.d.config.runnerMemoryMb * 1024 * 1024) / 4);
-      if (this.inflightBytes + body.length > bound)
+      // Read now: the write moves the bytes to the exec thread (body reads as empty afterwards).
+      const size = body.length;
+      if (this.inflightBytes + size > bound)
         throw new RunnerError('capacity', 'body: too many uploads in flight on this node; retry shortly');
-      this.inflightBytes += body.length;
+      this.inflightBytes += size;
       try {
         const [entry] = await writeCharged(
-          writerProcsFile(c.record.cgroup),
           c.record.host_uid,
           [{ dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true }],
-          this.takeWriter(c),
+          this.writerRun(writerProcsFile(c.record.cgroup), this.takeWriter(c)),
         );
         return entry!;
       } catch (e) {
@@ -416,10 +422,10 @@ export class CapsuleManager {
           throw new RunnerError('busy', `capsule_id: capsule ${c.record.capsule_id} is being destroyed`);
         throw e;
       } finally {
-        this.inflightBytes -= body.length;
+        this.inflightBytes -= size;
       }
     } finally {
-      body.fill(0); // also when refused: the customer's bytes never outlive the call
+      zeroBytes(body); // also when refused: the customer's bytes never outlive the call
     }
   }
 
@@ -486,7 +492,7 @@ export class CapsuleManager {
     await this.dropPrepared(c);
     const writer = c.writer;
     c.writer = null;
-    await dropWriter(writer);
+    await this.execs.drop(writer, 'wdrop');
     // WARNING: if teardown throws, the capsule stays 'destroying' (every later call gets busy)
     // until the runner restarts and recovery wipes it; teardown's steps therefore report, not throw.
     const result = await this.teardown(c, commandWasRunning);

@@ -15,7 +15,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { webcrypto } from 'node:crypto';
 import { closeSync, constants, fchownSync, fstatSync, ftruncateSync, openSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
-import { RunnerError, type FileEntry } from '../shared/runner-protocol.js';
+import { RunnerError } from '../shared/runner-error.js';
+import type { FileEntry } from '../shared/runner-protocol.js';
 
 const HOST_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
 const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK;
@@ -73,13 +74,6 @@ export function prepareWriter(writerProcs: string): PreparedWriter {
   return w;
 }
 
-/** Kills a writer that was not used and waits for it, so that it cannot join the cgroup after a sweep. */
-export async function dropWriter(w: PreparedWriter | null): Promise<void> {
-  if (!w || !w.alive) return;
-  w.child.kill('SIGKILL');
-  await Promise.race([w.done, new Promise((r) => setTimeout(r, 2000))]);
-}
-
 export interface ChargedFile {
   dir: string;
   name: string;
@@ -132,44 +126,60 @@ function removePartial(path: string): void {
   }
 }
 
-async function runWriter(
+export interface WriterResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stderr: string;
+  /** SHA-512 (hex) of each chunk whose hash was asked for, computed before the bytes were zeroed. */
+  sha512: (string | null)[];
+}
+
+/** Runs one write: the header line, then each file's bytes, on a writer's stdin (prepared, or started now). */
+export async function runWriter(
   writerProcs: string,
   prepared: PreparedWriter | null,
-  fds: number[],
+  header: string,
   chunks: Uint8Array[],
-): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
+  hash: boolean[],
+): Promise<WriterResult> {
   const w = prepared && prepared.alive ? prepared : prepareWriter(writerProcs);
-  const header = fds.map((fd, i) => `/proc/${process.pid}/fd/${fd}:${chunks[i]!.byteLength}`).join(' ');
+  // WebCrypto copies the bytes at the call and digests on the libuv pool: neither loop waits for 100 MiB.
+  const digests = chunks.map((c, i) => (hash[i] ? webcrypto.subtle.digest('SHA-512', c) : null));
   w.child.stdin!.write(`${header}\n`);
   for (const c of chunks) if (c.byteLength > 0) w.child.stdin!.write(c);
   w.child.stdin!.end();
   const r = await w.done;
-  return { ...r, stderr: w.stderr };
+  const sha512 = await Promise.all(digests.map(async (d) => (d ? Buffer.from(await d).toString('hex') : null)));
+  return { ...r, stderr: w.stderr, sha512 };
 }
+
+/**
+ * Starts the writer process and feeds it (exec-host.ts runs it in the exec thread).
+ * WARNING: the chunks may be moved to that thread: read their sizes before, never their bytes after.
+ */
+export type WriterRun = (header: string, chunks: Uint8Array[], hash: boolean[]) => Promise<WriterResult>;
 
 /**
  * Writes each file as a new regular file owned by uid, its pages charged to
  * the capsule (writerProcs: the cgroup.procs file of its writer leaf).
  * All or nothing: on failure every file this call created or emptied is removed.
  */
-export async function writeCharged(
-  writerProcs: string,
-  uid: number,
-  files: ChargedFile[],
-  prepared: PreparedWriter | null = null,
-): Promise<FileEntry[]> {
+export async function writeCharged(uid: number, files: ChargedFile[], run: WriterRun): Promise<FileEntry[]> {
   const opened: { path: string; fd: number }[] = [];
+  const sizes = files.map((f) => f.bytes.byteLength);
   let complete = false;
+  let r: WriterResult;
   try {
     for (const f of files) {
       const path = join(f.dir, f.name);
       opened.push({ path, fd: openRegularForWrite(path, f.field) });
     }
-    const r = await runWriter(
-      writerProcs,
-      prepared,
-      opened.map((o) => o.fd),
+    // The very descriptors opened and checked above, reopened by the writer through the runner's /proc.
+    const header = opened.map((o, i) => `/proc/${process.pid}/fd/${o.fd}:${sizes[i]}`).join(' ');
+    r = await run(
+      header,
       files.map((f) => f.bytes),
+      files.map((f) => f.hash),
     );
     if (r.code !== 0) {
       if (/No space left on device/.test(r.stderr)) throw new RunnerError('no_space', 'capsule tmpfs is full');
@@ -187,12 +197,9 @@ export async function writeCharged(
     for (const o of opened) closeSync(o.fd);
     if (!complete) for (const o of opened) removePartial(o.path);
   }
-  return Promise.all(
-    files.map(async (f) => ({
-      filename: f.name,
-      size_bytes: f.bytes.byteLength,
-      // WebCrypto digests on the libuv thread pool: 100 MiB never holds the serving thread.
-      sha512: f.hash ? `sha512:${Buffer.from(await webcrypto.subtle.digest('SHA-512', f.bytes)).toString('hex')}` : '',
-    })),
-  );
+  return files.map((f, i) => ({
+    filename: f.name,
+    size_bytes: sizes[i]!,
+    sha512: r.sha512[i] ? `sha512:${r.sha512[i]}` : '',
+  }));
 }

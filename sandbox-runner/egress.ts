@@ -7,7 +7,7 @@
 // WARNING: the relay runs on the host side as root with every capability
 // dropped (empty bounding set, no_new_privs); it is the capsule's only
 // neighbour outside the sandbox, so it must stay this small.
-import { spawn, spawnSync } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, statSync, unlinkSync } from 'node:fs';
 import { isAbsolute, join } from 'node:path';
 import { RunnerError } from '../shared/runner-protocol.js';
@@ -88,13 +88,25 @@ function relayListening(pid: number): boolean {
   }
 }
 
+/** Runs `ip` without waiting on the event loop for it (a spawnSync held every tenant's frames). */
+function ip(args: string[]): Promise<{ status: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile('ip', args, { encoding: 'utf8' }, (err, _out, stderr) =>
+      resolve({
+        status: err ? (typeof err.code === 'number' ? err.code : 1) : 0,
+        stderr: stderr || (err?.message ?? ''),
+      }),
+    );
+  });
+}
+
 /** Creates the namespace and starts the relay; resolves once the relay listens. */
 export async function attachEgress(name: string, proxySocket: string): Promise<EgressState> {
-  const add = spawnSync('ip', ['netns', 'add', name], { encoding: 'utf8' });
+  const add = await ip(['netns', 'add', name]);
   if (add.status !== 0) throw new RunnerError('internal', `egress: ip netns add failed: ${add.stderr.trim()}`);
   const state: EgressState = { netns: name, relay_pid: null };
   try {
-    const lo = spawnSync('ip', ['-n', name, 'link', 'set', 'lo', 'up'], { encoding: 'utf8' });
+    const lo = await ip(['-n', name, 'link', 'set', 'lo', 'up']);
     if (lo.status !== 0) throw new RunnerError('internal', `egress: loopback up failed: ${lo.stderr.trim()}`);
     const relay = spawn(
       'nsenter',
@@ -156,7 +168,7 @@ export async function detachEgress(s: EgressState): Promise<{ relay_stopped: boo
     await new Promise((r) => setTimeout(r, 5));
     left = processesInNetns(s.netns);
   }
-  spawnSync('ip', ['netns', 'delete', s.netns]);
+  await ip(['netns', 'delete', s.netns]);
   return { relay_stopped: left.length === 0, netns_removed: !existsSync(netnsPath(s.netns)) };
 }
 

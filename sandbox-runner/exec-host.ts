@@ -9,6 +9,7 @@
 import { Worker } from 'node:worker_threads';
 import { RunnerError, type RunnerErrorCode } from '../shared/runner-error.js';
 import type { ExecOutcome, ExecParams, SandboxObservation } from './exec.js';
+import type { WriterResult } from './charged.js';
 
 const THREAD_URL = new URL('./exec-thread.js', import.meta.url);
 
@@ -24,6 +25,17 @@ export type RunParams = Omit<ExecParams, 'clock' | 'prepared'> & { prepared: Pre
 /** Serving thread -> exec thread. */
 export type ToThread =
   | { op: 'prepare'; id: number; procs: string[]; argFile: string; seccompPath: string }
+  | { op: 'wprepare'; id: number; writerProcs: string }
+  | { op: 'wdrop'; id: number }
+  | {
+      op: 'write';
+      id: number;
+      writerProcs: string;
+      prepared: number | null;
+      header: string;
+      chunks: Uint8Array[];
+      hash: boolean[];
+    }
   | { op: 'drop'; id: number }
   | {
       op: 'run';
@@ -40,10 +52,11 @@ export type FromThread =
   | { op: 'dropped'; id: number }
   | { op: 'observe'; id: number; o: SandboxObservation }
   | { op: 'done'; id: number; outcome: ExecOutcome }
+  | { op: 'written'; id: number; result: WriterResult }
   | { op: 'failed'; id: number; code: RunnerErrorCode | null; message: string };
 
 interface Run {
-  resolve: (o: ExecOutcome) => void;
+  resolve: (o: ExecOutcome & WriterResult) => void;
   reject: (e: Error) => void;
   observe?: (o: SandboxObservation) => void;
 }
@@ -99,7 +112,11 @@ export class ExecHost {
         this.runs.get(m.id)?.observe?.(m.o);
         return;
       case 'done':
-        this.runs.get(m.id)?.resolve(m.outcome);
+        this.runs.get(m.id)?.resolve(m.outcome as ExecOutcome & WriterResult);
+        this.runs.delete(m.id);
+        return;
+      case 'written':
+        this.runs.get(m.id)?.resolve(m.result as ExecOutcome & WriterResult);
         this.runs.delete(m.id);
         return;
       case 'failed':
@@ -116,12 +133,50 @@ export class ExecHost {
     return ref;
   }
 
-  /** Kills a waiting wrapper and waits (at most 2 s) until it is gone, so it cannot join a cgroup after a sweep. */
-  async drop(ref: PreparedRef | null): Promise<void> {
+  /** Starts a capsule's next writer (charged.ts) in the exec thread; it joins the writer leaf, then waits. */
+  prepareWriter(writerProcs: string): PreparedRef {
+    const ref: PreparedRef = { id: this.nextId++, alive: true };
+    this.prepared.set(ref.id, ref);
+    this.thread().postMessage({ op: 'wprepare', id: ref.id, writerProcs } satisfies ToThread);
+    return ref;
+  }
+
+  /**
+   * One write through a writer in the exec thread. A large chunk that owns its buffer (an upload's
+   * frame body) is moved there, not copied: it reads as empty here afterwards. Others are copied. The
+   * thread hashes what is asked and zeroes its bytes once written.
+   */
+  write(
+    writerProcs: string,
+    prepared: PreparedRef | null,
+    header: string,
+    chunks: Uint8Array[],
+    hash: boolean[],
+  ): Promise<WriterResult> {
+    const id = this.nextId++;
+    const w = this.thread();
+    // A buffer the chunk spans exactly is its own (framing.ts gives large bodies one): moved, not copied.
+    const sent = chunks.map((c) =>
+      c.byteLength >= 64 * 1024 && c.byteOffset === 0 && c.byteLength === c.buffer.byteLength ? c : new Uint8Array(c),
+    );
+    const transfer = [...new Set(sent.map((c) => c.buffer as ArrayBuffer))];
+    return new Promise<WriterResult>((resolve, reject) => {
+      this.runs.set(id, { resolve, reject });
+      const usable = prepared && prepared.alive ? prepared.id : null;
+      if (prepared) this.prepared.delete(prepared.id);
+      w.postMessage(
+        { op: 'write', id, writerProcs, prepared: usable, header, chunks: sent, hash } satisfies ToThread,
+        transfer,
+      );
+    });
+  }
+
+  /** Kills a waiting wrapper or writer and waits (at most 2 s) until it is gone, so it cannot join a cgroup after a sweep. */
+  async drop(ref: PreparedRef | null, kind: 'drop' | 'wdrop' = 'drop'): Promise<void> {
     if (!ref || !ref.alive || !this.worker) return;
     ref.alive = false;
     const gone = new Promise<void>((resolve) => this.drops.set(ref.id, resolve));
-    this.worker.postMessage({ op: 'drop', id: ref.id } satisfies ToThread);
+    this.worker.postMessage({ op: kind, id: ref.id } satisfies ToThread);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([gone, new Promise((r) => (timer = setTimeout(r, 2000)))]);
     clearTimeout(timer);

@@ -72,6 +72,9 @@ export type DecodeEvent = { kind: 'frame'; frame: Frame } | { kind: 'error'; err
  * Incremental decoder: push() chunks as they arrive, get complete frames or
  * errors back. After a fatal error it refuses further input.
  */
+/** Bodies from this size up own their buffer (takeBody). */
+const OWN_BODY_BYTES = 64 * 1024;
+
 export class FrameDecoder {
   private chunks: Buffer[] = [];
   private buffered = 0;
@@ -88,7 +91,7 @@ export class FrameDecoder {
     for (;;) {
       if (this.skip > 0) {
         const n = Math.min(this.skip, this.buffered);
-        this.take(n);
+        this.drop(n);
         this.skip -= n;
         if (this.skip > 0) break;
       }
@@ -132,9 +135,9 @@ export class FrameDecoder {
       }
       const total = FRAME_PREFIX_BYTES + hLen + bLen;
       if (this.buffered < total) break;
-      const all = this.take(total);
-      const hBytes = all.subarray(FRAME_PREFIX_BYTES, FRAME_PREFIX_BYTES + hLen);
-      const body = all.subarray(FRAME_PREFIX_BYTES + hLen);
+      const head = this.take(FRAME_PREFIX_BYTES + hLen);
+      const hBytes = head.subarray(FRAME_PREFIX_BYTES);
+      const body = this.takeBody(bLen);
       let header: unknown;
       try {
         header = JSON.parse(hBytes.toString('utf8'));
@@ -155,19 +158,53 @@ export class FrameDecoder {
     return out;
   }
 
+  /** The first n buffered bytes, copying only those (never everything buffered) when they span chunks. */
   private peek(n: number): Buffer {
-    if (this.chunks[0] && this.chunks[0].length >= n) return this.chunks[0].subarray(0, n);
-    const joined = Buffer.concat(this.chunks);
-    this.chunks = [joined];
-    return joined.subarray(0, n);
+    const first = this.chunks[0];
+    if (!first || first.length >= n) return first ? first.subarray(0, n) : Buffer.alloc(0);
+    return this.copyOut(Buffer.allocUnsafe(n));
+  }
+
+  /**
+   * A large body gets a buffer of its own (copied straight from the chunks, no larger copy first), so
+   * that its receiver may move it to another thread without taking the bytes of the next frame along.
+   */
+  private takeBody(n: number): Buffer {
+    if (n < OWN_BODY_BYTES) return this.take(n);
+    const body = this.copyOut(Buffer.allocUnsafeSlow(n));
+    this.drop(n);
+    return body;
   }
 
   private take(n: number): Buffer {
-    const joined = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks);
-    const out = joined.subarray(0, n);
-    const rest = joined.subarray(n);
-    this.chunks = rest.length > 0 ? [rest] : [];
-    this.buffered = rest.length;
+    const out = this.peek(n);
+    this.drop(n);
     return out;
+  }
+
+  /** Fills out from the first buffered bytes. */
+  private copyOut(out: Buffer): Buffer {
+    let at = 0;
+    for (const c of this.chunks) {
+      if (at >= out.length) break;
+      at += c.copy(out, at, 0, Math.min(c.length, out.length - at));
+    }
+    return out;
+  }
+
+  /** Forgets the first n buffered bytes. */
+  private drop(n: number): void {
+    let left = n;
+    while (left > 0) {
+      const c = this.chunks[0]!;
+      if (c.length <= left) {
+        this.chunks.shift();
+        left -= c.length;
+      } else {
+        this.chunks[0] = c.subarray(left);
+        left = 0;
+      }
+    }
+    this.buffered -= n;
   }
 }

@@ -353,30 +353,48 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     // The victim: an ordinary Team account.
     const victim = await api.signup();
     admin(victim.email, 'team');
+    // Per step (create, upload, exec, download, destroy): where the victim's time goes.
+    let steps: Record<string, number[]> = {};
+    const step = async <T>(name: string, f: () => Promise<T>): Promise<T> => {
+      const t = performance.now();
+      try {
+        return await f();
+      } finally {
+        (steps[name] ??= []).push(performance.now() - t);
+      }
+    };
+    const stepMedians = (): Record<string, number> =>
+      Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, Math.round(quantiles(v).p50)]));
     const lifecycle = async (): Promise<number | null> => {
       const t0 = performance.now();
-      const c = await call('victim create', () =>
-        api.req('POST', '/v1/capsules', { key: victim.key, json: { ttl: 120 } }),
+      const c = await step('create', () =>
+        call('victim create', () => api.req('POST', '/v1/capsules', { key: victim.key, json: { ttl: 120 } })),
       );
       if (!c || c.status !== 201) {
         if (c) failures.push(`victim create: ${c.status} ${c.text.slice(0, 200)}`);
         return null;
       }
       const id = c.body.id as string;
-      const up = await call('victim upload', () =>
-        api.req('POST', `/v1/capsules/${id}/upload?filename=in.csv`, { key: victim.key, raw: 'x'.repeat(1024) }),
+      const up = await step('upload', () =>
+        call('victim upload', () =>
+          api.req('POST', `/v1/capsules/${id}/upload?filename=in.csv`, { key: victim.key, raw: 'x'.repeat(1024) }),
+        ),
       );
-      const ex = await call('victim exec', () =>
-        api.req('POST', `/v1/capsules/${id}/exec`, {
-          key: victim.key,
-          json: { command: 'wc -c < /data/input/in.csv > /data/output/n.txt; cat /data/output/n.txt' },
-        }),
+      const ex = await step('exec', () =>
+        call('victim exec', () =>
+          api.req('POST', `/v1/capsules/${id}/exec`, {
+            key: victim.key,
+            json: { command: 'wc -c < /data/input/in.csv > /data/output/n.txt; cat /data/output/n.txt' },
+          }),
+        ),
       );
       if (ex?.status === 200 && ex.body.stdout.trim() !== '1024') failures.push(`victim exec: ${ex.body.stdout}`);
-      const dl = await call('victim download', () =>
-        api.req('GET', `/v1/capsules/${id}/output/n.txt`, { key: victim.key }),
+      const dl = await step('download', () =>
+        call('victim download', () => api.req('GET', `/v1/capsules/${id}/output/n.txt`, { key: victim.key })),
       );
-      const d = await call('victim destroy', () => api.req('DELETE', `/v1/capsules/${id}`, { key: victim.key }));
+      const d = await step('destroy', () =>
+        call('victim destroy', () => api.req('DELETE', `/v1/capsules/${id}`, { key: victim.key })),
+      );
       checkDestroy('victim', d, ex?.status === 200 ? 1 : 0);
       if (up?.status !== 200 || ex?.status !== 200 || dl?.status !== 200) {
         failures.push(`victim lifecycle: upload ${up?.status} exec ${ex?.status} download ${dl?.status}`);
@@ -389,7 +407,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       const ms = await lifecycle();
       if (ms !== null) idle.push(ms);
     }
-    log(`idle: ${JSON.stringify(quantiles(idle))}`);
+    log(`idle: ${JSON.stringify(quantiles(idle))} step p50 ms ${JSON.stringify(stepMedians())}`);
+    steps = {};
 
     // Attackers: Enterprise accounts (so tier quotas are not what stops them), one egress setup each.
     const attackers: { key: string; profile: string; capsulefile: string }[] = [];
@@ -472,7 +491,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       const ms = await lifecycle();
       if (ms !== null) under.push(ms);
     }
-    log(`under attack: ${JSON.stringify(quantiles(under))}`);
+    log(`under attack: ${JSON.stringify(quantiles(under))} step p50 ms ${JSON.stringify(stepMedians())}`);
     await Promise.all(workers);
     const ready = await call('ready', () => api.req('GET', '/v1/health/ready'));
     if (ready?.status !== 200) failures.push(`ready after the soak: ${ready?.status}`);
