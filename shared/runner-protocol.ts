@@ -205,7 +205,6 @@ export interface RunnerMethods {
 }
 
 export { RunnerError, type RunnerErrorCode } from './runner-error.js';
-import type { RunnerErrorCode } from './runner-error.js';
 
 /** What the control plane needs of a runner; implemented by shared/node/runner-client.ts. */
 export interface RunnerPort {
