@@ -256,7 +256,8 @@ export class CapsuleManager {
       });
       const made = this.capsules.get(id)!;
       made.prepared = this.prepare(made);
-      made.writer = this.startWriter(made);
+      // No writer yet: most capsules never upload, and each process start costs the runner. The first
+      // write starts its own; from then on the next one is started ahead (takeWriter).
       return {
         capsule_id: id,
         hostname,

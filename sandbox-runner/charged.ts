@@ -5,20 +5,21 @@
 // Ownership"), so the runner opens each file itself (the O_NOFOLLOW and type
 // checks below) and hands the descriptors to a short-lived writer process
 // that first joins the capsule's writer leaf (a child of its memory cgroup,
-// see cgroup.ts) and copies the bytes from a pipe with dd. One writer per
-// capsule is started ahead of time, like the exec wrapper.
+// see cgroup.ts) and copies the bytes from a pipe with dd. After its first
+// write, a capsule's next writer is started ahead of time, like the exec wrapper.
 //
 // A full tmpfs gives ENOSPC (no_space); a capsule whose memory is full gets
 // its writer OOM-killed (also no_space); the runner's own memory is never
 // charged and the runner is never the OOM victim.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { webcrypto } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { closeSync, constants, fchownSync, fstatSync, ftruncateSync, openSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { RunnerError } from '../shared/runner-error.js';
 import type { FileEntry } from '../shared/runner-protocol.js';
 
 const HOST_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
+const HASH_SLICE = 1 << 20;
 const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 const RO = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
@@ -143,14 +144,23 @@ export async function runWriter(
   hash: boolean[],
 ): Promise<WriterResult> {
   const w = prepared && prepared.alive ? prepared : prepareWriter(writerProcs);
-  // WebCrypto copies the bytes at the call and digests on the libuv pool: neither loop waits for 100 MiB.
-  const digests = chunks.map((c, i) => (hash[i] ? webcrypto.subtle.digest('SHA-512', c) : null));
+  // Hashed in 1 MiB slices, yielding between them: no copy of the bytes, and the thread keeps serving.
+  const digests = chunks.map((c, i) => (hash[i] ? sha512Sliced(c) : null));
   w.child.stdin!.write(`${header}\n`);
   for (const c of chunks) if (c.byteLength > 0) w.child.stdin!.write(c);
   w.child.stdin!.end();
   const r = await w.done;
-  const sha512 = await Promise.all(digests.map(async (d) => (d ? Buffer.from(await d).toString('hex') : null)));
+  const sha512 = await Promise.all(digests);
   return { ...r, stderr: w.stderr, sha512 };
+}
+
+async function sha512Sliced(bytes: Uint8Array): Promise<string> {
+  const h = createHash('sha512');
+  for (let at = 0; at < bytes.byteLength; at += HASH_SLICE) {
+    h.update(bytes.subarray(at, at + HASH_SLICE));
+    if (at + HASH_SLICE < bytes.byteLength) await new Promise((r) => setImmediate(r));
+  }
+  return h.digest('hex');
 }
 
 /**
