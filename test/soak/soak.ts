@@ -13,8 +13,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { verifyProof } from '../../shared/proof/index.js';
-import { createNodeCrypto } from '../../shared/node/crypto-node.js';
+import { makeProbes } from './probes.js';
+import { runVictim, type VictimResult } from './victim.js';
 import { Api, type Res } from '../control-plane/harness.js';
 import { makePki, listenLocal } from '../egress/fixtures.js';
 import { removeStateDir, reserveUidBlock } from '../helpers/runner.js';
@@ -184,7 +184,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function rssMb(pid: number): number {
   try {
-    const status = spawnSync('cat', [`/proc/${pid}/status`], { encoding: 'utf8' }).stdout;
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
     const m = /VmRSS:\s+(\d+) kB/.exec(status);
     return m ? Number(m[1]) / 1024 : 0;
   } catch {
@@ -287,11 +287,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const server = await startServe(env, dataDir);
   const runnerDir = join('/run/capsule-runner', createHash('sha256').update(dataDir).digest('hex').slice(0, 16));
   const api = new Api(server.url);
-  const crypto = createNodeCrypto();
-  const failures: string[] = [];
   const rounds: Record<string, number> = {};
-  const refusals: Record<string, number> = {};
-  let proofsVerified = 0;
   const rss = { start: rssMb(server.child.pid!), peak: 0 };
   const rssTimer = setInterval(() => {
     rss.peak = Math.max(rss.peak, rssMb(server.child.pid!));
@@ -309,106 +305,25 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     if (r.status !== 0) throw new Error(`set-tier: ${r.stderr}`);
   };
 
-  /** A request that must answer in time and never with a 5xx (503 with Retry-After is a bound, not a failure). */
-  const call = async (what: string, f: () => Promise<Res>, timeoutMs = 120_000): Promise<Res | null> => {
-    let timer: NodeJS.Timeout | undefined;
-    const hang = new Promise<null>((res) => {
-      timer = setTimeout(() => res(null), timeoutMs);
-    });
-    try {
-      const r = await Promise.race([f(), hang]);
-      if (r === null) {
-        failures.push(`${what}: no answer within ${timeoutMs} ms`);
-        return null;
-      }
-      if (r.status >= 500 && !(r.status === 503 && r.headers.get('retry-after')))
-        failures.push(`${what}: ${r.status} ${r.text.slice(0, 200)}`);
-      if (r.status >= 400) {
-        const k = `${r.status} ${r.body?.error?.code ?? '?'}`;
-        refusals[k] = (refusals[k] ?? 0) + 1;
-      }
-      return r;
-    } catch (e) {
-      failures.push(`${what}: ${(e as Error).message}`);
-      return null;
-    } finally {
-      clearTimeout(timer);
-    }
-  };
-
-  /** Checks a destroy response: status, a verifying AuditProof, executions counted. */
-  const checkDestroy = (what: string, r: Res | null, execsAnswered: number): void => {
-    if (!r || r.status !== 200) {
-      if (r) failures.push(`${what}: destroy answered ${r.status} ${r.text.slice(0, 200)}`);
-      return;
-    }
-    const v = verifyProof(r.body.audit_proof, { crypto });
-    if (!v.valid) failures.push(`${what}: audit_proof does not verify: ${JSON.stringify(v.failure_reason)}`);
-    else proofsVerified++;
-    if (r.body.total_executions < execsAnswered)
-      failures.push(`${what}: ${execsAnswered} execs answered but total_executions ${r.body.total_executions}`);
-  };
+  const probes = makeProbes();
+  const { call, checkDestroy, failures, refusals } = probes;
 
   try {
     // The victim: an ordinary Team account.
     const victim = await api.signup();
     admin(victim.email, 'team');
-    // Per step (create, upload, exec, download, destroy): where the victim's time goes.
-    let steps: Record<string, number[]> = {};
-    const step = async <T>(name: string, f: () => Promise<T>): Promise<T> => {
-      const t = performance.now();
-      try {
-        return await f();
-      } finally {
-        (steps[name] ??= []).push(performance.now() - t);
-      }
-    };
-    const stepMedians = (): Record<string, number> =>
+    const stepMedians = (steps: Record<string, number[]>): Record<string, number> =>
       Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, Math.round(quantiles(v).p50)]));
-    const lifecycle = async (): Promise<number | null> => {
-      const t0 = performance.now();
-      const c = await step('create', () =>
-        call('victim create', () => api.req('POST', '/v1/capsules', { key: victim.key, json: { ttl: 120 } })),
-      );
-      if (!c || c.status !== 201) {
-        if (c) failures.push(`victim create: ${c.status} ${c.text.slice(0, 200)}`);
-        return null;
-      }
-      const id = c.body.id as string;
-      const up = await step('upload', () =>
-        call('victim upload', () =>
-          api.req('POST', `/v1/capsules/${id}/upload?filename=in.csv`, { key: victim.key, raw: 'x'.repeat(1024) }),
-        ),
-      );
-      const ex = await step('exec', () =>
-        call('victim exec', () =>
-          api.req('POST', `/v1/capsules/${id}/exec`, {
-            key: victim.key,
-            json: { command: 'wc -c < /data/input/in.csv > /data/output/n.txt; cat /data/output/n.txt' },
-          }),
-        ),
-      );
-      if (ex?.status === 200 && ex.body.stdout.trim() !== '1024') failures.push(`victim exec: ${ex.body.stdout}`);
-      const dl = await step('download', () =>
-        call('victim download', () => api.req('GET', `/v1/capsules/${id}/output/n.txt`, { key: victim.key })),
-      );
-      const d = await step('destroy', () =>
-        call('victim destroy', () => api.req('DELETE', `/v1/capsules/${id}`, { key: victim.key })),
-      );
-      checkDestroy('victim', d, ex?.status === 200 ? 1 : 0);
-      if (up?.status !== 200 || ex?.status !== 200 || dl?.status !== 200) {
-        failures.push(`victim lifecycle: upload ${up?.status} exec ${ex?.status} download ${dl?.status}`);
-        return null;
-      }
-      return performance.now() - t0;
+    const victimRun = async (o: { count?: number; until?: number }): Promise<VictimResult> => {
+      const r = await runVictim({ baseUrl: server.url, key: victim.key, ...o });
+      failures.push(...r.failures);
+      for (const [k, n] of Object.entries(r.refusals)) refusals[k] = (refusals[k] ?? 0) + n;
+      probes.verified.count += r.verified;
+      return r;
     };
-    const idle: number[] = [];
-    for (let i = 0; i < o.idleLifecycles; i++) {
-      const ms = await lifecycle();
-      if (ms !== null) idle.push(ms);
-    }
-    log(`idle: ${JSON.stringify(quantiles(idle))} step p50 ms ${JSON.stringify(stepMedians())}`);
-    steps = {};
+    const idleRun = await victimRun({ count: o.idleLifecycles });
+    const idle = idleRun.lifecycles;
+    log(`idle: ${JSON.stringify(quantiles(idle))} step p50 ms ${JSON.stringify(stepMedians(idleRun.steps))}`);
 
     // Attackers: Enterprise accounts (so tier quotas are not what stops them), one egress setup each.
     const attackers: { key: string; profile: string; capsulefile: string }[] = [];
@@ -485,13 +400,10 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
         );
       }
     }
-    const under: number[] = [];
     await sleep(3000); // let every attack get going
-    while (Date.now() < deadline) {
-      const ms = await lifecycle();
-      if (ms !== null) under.push(ms);
-    }
-    log(`under attack: ${JSON.stringify(quantiles(under))} step p50 ms ${JSON.stringify(stepMedians())}`);
+    const underRun = await victimRun({ until: deadline });
+    const under = underRun.lifecycles;
+    log(`under attack: ${JSON.stringify(quantiles(under))} step p50 ms ${JSON.stringify(stepMedians(underRun.steps))}`);
     await Promise.all(workers);
     const ready = await call('ready', () => api.req('GET', '/v1/health/ready'));
     if (ready?.status !== 200) failures.push(`ready after the soak: ${ready?.status}`);
@@ -501,7 +413,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       failures,
       rounds,
       refusals,
-      proofsVerified,
+      proofsVerified: probes.verified.count,
       serverRssMb: rss,
     };
   } finally {
