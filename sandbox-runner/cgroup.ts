@@ -137,7 +137,12 @@ export class CgroupManager {
   ) {}
 
   /** Finds the hierarchy and prepares `<own cgroup>/<name>`; throws CgroupError with a clear message. */
-  static open(name: string): CgroupManager {
+  /**
+   * capsulesCpuWeight: the capsules' share against the services. v1: the cpu.shares of the group
+   * holding every capsule (the runner and control plane are outside it). v2: the runner's own leaf
+   * is weighted above each capsule instead (capsules are its siblings).
+   */
+  static open(name: string, capsulesCpuWeight = 100): CgroupManager {
     const mounts = readMounts();
     const own = ownCgroups();
     const v2 = mounts.find((m) => m.fstype === 'cgroup2');
@@ -160,6 +165,11 @@ export class CgroupManager {
       if (basename(ownDir) === SUPERVISOR_LEAF) ownDir = dirname(ownDir);
       const sub = join(ownDir, name);
       CgroupManager.prepareV2(ownDir, sub);
+      mkdirSync(join(sub, RUNNER_LEAF), { recursive: true });
+      tryWrite(
+        join(sub, RUNNER_LEAF, 'cpu.weight'),
+        String(Math.min(10000, Math.round((100 * 100) / capsulesCpuWeight))),
+      );
       return new CgroupManager('v2', sub, null, null);
     }
     if (!v1Mem)
@@ -181,6 +191,7 @@ export class CgroupManager {
     if (cpuMount) {
       cpuBase = join(base(cpuMount, own.get('cpu') ?? '/'), name);
       mkdirSync(cpuBase, { recursive: true });
+      tryWrite(join(cpuBase, 'cpu.shares'), String(Math.max(2, Math.round((capsulesCpuWeight * 1024) / 100))));
     }
     return new CgroupManager(mode, memBase, pidsBase, cpuBase);
   }

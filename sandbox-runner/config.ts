@@ -39,6 +39,11 @@ export interface RunnerConfig {
     killGraceMs: number;
     pidsMax: number;
     cpuWeight: number;
+    /**
+     * Weight of all capsules together against the runner and control plane (cgroup v2 scale; v1
+     * cpu.shares = weight x 1024 / 100): a tenant's CPU burst cannot queue the services behind it.
+     */
+    capsulesCpuWeight: number;
   };
   /**
    * Memory the node gives capsules in total (MB): a capsule is admitted only
@@ -158,6 +163,7 @@ const KEYS = [
   'kill_grace_ms',
   'pids_max',
   'cpu_weight',
+  'capsules_cpu_weight',
   'allow_swap_for_tests',
   'proc_swaps',
   'node_memory_mb',
@@ -297,6 +303,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
       killGraceMs: int(m, 'kill_grace_ms', 500, 0, 60000),
       pidsMax: int(m, 'pids_max', 128, 8, 1 << 22),
       cpuWeight: int(m, 'cpu_weight', 100, 1, 10000),
+      capsulesCpuWeight: int(m, 'capsules_cpu_weight', 10, 1, 10000),
     },
     allowSwapForTests: swap === '1',
     procSwaps,

@@ -180,3 +180,19 @@ print(sum(1 for p in glob.glob('/proc/[0-9]*/cmdline') if m in open(p, 'rb').rea
     t.equal((d.evidence[7] as Record<string, unknown>)['cgroup_empty'], true);
   });
 });
+
+t.test('the capsules together weigh less than the services on the CPU (capsules_cpu_weight)', async (t) => {
+  const r = await startRunner({ options: { capsules_cpu_weight: '10' } });
+  t.teardown(() => r.stop());
+  const name = r.process.spawnargs.find((a) => a.startsWith('--cgroup_name='))!.split('=')[1]!;
+  const own = /^\d+:cpu(?:,cpuacct)?:(.*)$/m.exec(readFileSync(`/proc/${r.process.pid}/cgroup`, 'utf8'));
+  const v1 = own ? `/sys/fs/cgroup/cpu/${own[1]}/${name}`.replace(/\/+/g, '/') : null;
+  if (!v1) {
+    t.comment('no cgroup v1 cpu hierarchy here (the v2 weight of the runner leaf is set instead)');
+    return;
+  }
+  await r.client.create({ capsule_id: 'cpu-weight', memory_mb: 64 });
+  t.equal(readFileSync(`${v1}/cpu.shares`, 'utf8').trim(), '102', 'the capsules group: 10 % of one service thread');
+  t.ok(readdirSync(v1).includes('cpu-weight'), 'each capsule is inside that group (its own cpu.shares below it)');
+  await r.client.destroy('cpu-weight');
+});
