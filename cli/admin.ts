@@ -53,7 +53,7 @@ export async function main(argv: string[]): Promise<number> {
     return 2;
   }
   const email = opts.email ?? '';
-  try {
+  return operator(async () => {
     const config = loadConfigFromProcess(opts['data-dir'] ? { dataDir: opts['data-dir'] } : {});
     if (cmd === 'rotate-key') {
       const key = await rotateKey(config, email);
@@ -67,13 +67,7 @@ export async function main(argv: string[]): Promise<number> {
     const tier = await setTier(config, email, opts.tier ?? '');
     process.stdout.write(`${email.trim().toLowerCase()}: tier ${tier}\n`);
     return 0;
-  } catch (e) {
-    if (e instanceof AdminError || e instanceof ConfigError) {
-      process.stderr.write(`capsule admin: ${e.message}\n`);
-      return 1;
-    }
-    throw e;
-  }
+  });
 }
 
 /** Registry commands: drain and undrain take the node id as their one argument; runners lists. */
@@ -83,7 +77,7 @@ async function runners(cmd: 'drain' | 'undrain' | 'runners', rest: string[]): Pr
     process.stderr.write(`capsule admin: ${cmd === 'runners' ? 'runners takes no argument' : `${cmd} NODE`}\n${USAGE}`);
     return 2;
   }
-  try {
+  return operator(async () => {
     const config = loadConfigFromProcess({});
     if (cmd === 'runners') {
       for (const n of await listRunners(config)) {
@@ -100,13 +94,7 @@ async function runners(cmd: 'drain' | 'undrain' | 'runners', rest: string[]): Pr
       `${node}: ${cmd === 'drain' ? 'draining (no new capsules; live ones run on)' : 'accepting capsules'}\n`,
     );
     return 0;
-  } catch (e) {
-    if (e instanceof AdminError || e instanceof ConfigError) {
-      process.stderr.write(`capsule admin: ${e.message}\n`);
-      return 1;
-    }
-    throw e;
-  }
+  });
 }
 
 async function migrateCmd(rest: string[]): Promise<number> {
@@ -114,10 +102,17 @@ async function migrateCmd(rest: string[]): Promise<number> {
     process.stderr.write(`capsule admin: migrate takes no argument\n${USAGE}`);
     return 2;
   }
-  try {
+  return operator(async () => {
     const n = await migrate(loadConfigFromProcess({}));
     process.stdout.write(`database schema up to date (${n} migrations applied)\n`);
     return 0;
+  });
+}
+
+/** Runs an operator command: its own refusals (AdminError, ConfigError) are one line and exit 1. */
+async function operator(f: () => Promise<number>): Promise<number> {
+  try {
+    return await f();
   } catch (e) {
     if (e instanceof AdminError || e instanceof ConfigError) {
       process.stderr.write(`capsule admin: ${e.message}\n`);

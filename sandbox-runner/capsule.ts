@@ -493,7 +493,7 @@ export class CapsuleManager {
     await this.dropPrepared(c);
     const writer = c.writer;
     c.writer = null;
-    await this.execs.drop(writer, 'wdrop');
+    await this.execs.drop(writer);
     // WARNING: if teardown throws, the capsule stays 'destroying' (every later call gets busy)
     // until the runner restarts and recovery wipes it; teardown's steps therefore report, not throw.
     const result = await this.teardown(c, commandWasRunning);

@@ -26,7 +26,6 @@ export type RunParams = Omit<ExecParams, 'clock' | 'prepared'> & { prepared: Pre
 export type ToThread =
   | { op: 'prepare'; id: number; procs: string[]; argFile: string; seccompPath: string }
   | { op: 'wprepare'; id: number; writerProcs: string }
-  | { op: 'wdrop'; id: number }
   | {
       op: 'write';
       id: number;
@@ -172,11 +171,11 @@ export class ExecHost {
   }
 
   /** Kills a waiting wrapper or writer and waits (at most 2 s) until it is gone, so it cannot join a cgroup after a sweep. */
-  async drop(ref: PreparedRef | null, kind: 'drop' | 'wdrop' = 'drop'): Promise<void> {
+  async drop(ref: PreparedRef | null): Promise<void> {
     if (!ref || !ref.alive || !this.worker) return;
     ref.alive = false;
     const gone = new Promise<void>((resolve) => this.drops.set(ref.id, resolve));
-    this.worker.postMessage({ op: kind, id: ref.id } satisfies ToThread);
+    this.worker.postMessage({ op: 'drop', id: ref.id } satisfies ToThread);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([gone, new Promise((r) => (timer = setTimeout(r, 2000)))]);
     clearTimeout(timer);

@@ -8,69 +8,56 @@ import type { FromThread, ToThread } from './exec-host.js';
 
 const port = parentPort!;
 const post = (m: FromThread): void => port.postMessage(m);
-const prepared = new Map<number, Prepared>();
-const writers = new Map<number, PreparedWriter>();
+/** Processes started ahead of time (exec wrappers, writers), by the id the serving thread gave them. */
+const held = new Map<number, Prepared | PreparedWriter>();
 const aborts = new Map<number, () => void>();
 /** Aborts that arrived before their exec had started. */
 const aborted = new Set<number>();
 
+/** Starts a process ahead of time; if it cannot start, the exec or write starts one itself. */
+function hold(id: number, start: () => Prepared | PreparedWriter): void {
+  let h: Prepared | PreparedWriter;
+  try {
+    h = start();
+  } catch {
+    post({ op: 'exited', id });
+    return;
+  }
+  held.set(id, h);
+  h.child.once('exit', () => {
+    if (held.get(id) === h) held.delete(id);
+    post({ op: 'exited', id });
+  });
+}
+
+/** The held process for a run or write (gone from the map: it is used once). */
+function take<T extends Prepared | PreparedWriter>(id: number | null): T | null {
+  if (id === null) return null;
+  const h = held.get(id) ?? null;
+  held.delete(id);
+  return h as T | null;
+}
+
 port.on('message', (m: ToThread) => {
   switch (m.op) {
-    case 'prepare': {
-      let p: Prepared;
-      try {
-        p = prepareExec(m.procs, m.argFile, m.seccompPath);
-      } catch {
-        post({ op: 'exited', id: m.id }); // the exec starts a wrapper itself
-        return;
-      }
-      prepared.set(m.id, p);
-      p.child.once('exit', () => {
-        if (prepared.get(m.id) === p) prepared.delete(m.id);
-        post({ op: 'exited', id: m.id });
-      });
+    case 'prepare':
+      hold(m.id, () => prepareExec(m.procs, m.argFile, m.seccompPath));
       return;
-    }
+    case 'wprepare':
+      hold(m.id, () => prepareWriter(m.writerProcs));
+      return;
     case 'drop': {
-      const p = prepared.get(m.id);
-      prepared.delete(m.id);
-      if (!p || !p.alive) {
+      const h = take(m.id);
+      if (!h || !h.alive) {
         post({ op: 'dropped', id: m.id });
         return;
       }
-      p.child.once('exit', () => post({ op: 'dropped', id: m.id }));
-      p.child.kill('SIGKILL');
-      return;
-    }
-    case 'wprepare': {
-      let w: PreparedWriter;
-      try {
-        w = prepareWriter(m.writerProcs);
-      } catch {
-        post({ op: 'exited', id: m.id }); // the write starts one itself
-        return;
-      }
-      writers.set(m.id, w);
-      w.child.once('exit', () => {
-        if (writers.get(m.id) === w) writers.delete(m.id);
-        post({ op: 'exited', id: m.id });
-      });
-      return;
-    }
-    case 'wdrop': {
-      const w = writers.get(m.id);
-      writers.delete(m.id);
-      if (!w || !w.alive) {
-        post({ op: 'dropped', id: m.id });
-        return;
-      }
-      void w.done.then(() => post({ op: 'dropped', id: m.id }));
-      w.child.kill('SIGKILL');
+      h.child.once('exit', () => post({ op: 'dropped', id: m.id }));
+      h.child.kill('SIGKILL');
       return;
     }
     case 'write': {
-      const w = m.prepared === null ? null : (writers.get(m.prepared) ?? null);
-      if (m.prepared !== null) writers.delete(m.prepared);
+      const w = take<PreparedWriter>(m.prepared);
       let run: ReturnType<typeof runWriter>;
       try {
         run = runWriter(m.writerProcs, w, m.header, m.chunks, m.hash);
@@ -94,8 +81,7 @@ port.on('message', (m: ToThread) => {
       else aborted.add(m.id);
       return;
     case 'run': {
-      const p = m.prepared === null ? null : (prepared.get(m.prepared) ?? null);
-      if (m.prepared !== null) prepared.delete(m.prepared);
+      const p = take<Prepared>(m.prepared);
       runExec({
         ...m.params,
         prepared: p,
