@@ -62,6 +62,8 @@ interface Capsule {
   prepared: PreparedRef | null;
   /** The writer of the next upload or exec input, started ahead of time (see charged.ts). */
   writer: PreparedRef | null;
+  /** The account's opaque label (create's `tenant`); null: the capsule weighs alone. */
+  tenant: string | null;
 }
 
 export interface ManagerDeps {
@@ -146,7 +148,7 @@ export class CapsuleManager {
     const { config } = this.d;
     if (this.shuttingDown) throw new RunnerError('unavailable', 'runner is shutting down');
     const plan = checkCreate(req, config);
-    const { id, memoryMb: mem, storageMb, imageRoot, env, apps, egress } = plan;
+    const { id, memoryMb: mem, storageMb, imageRoot, env, apps, egress, tenant } = plan;
     // Customer bytes: every decoded app file is zeroed however create ends (refusal, failure or success).
     try {
       if (this.capsules.has(id) || this.creating.has(id))
@@ -253,8 +255,10 @@ export class CapsuleManager {
         execCount: 0,
         prepared: null,
         writer: null,
+        tenant,
       });
       const made = this.capsules.get(id)!;
+      this.reweigh(tenant);
       made.prepared = this.prepare(made);
       // No writer yet: most capsules never upload, and each process start costs the runner. The first
       // write starts its own; from then on the next one is started ahead (takeWriter).
@@ -498,7 +502,18 @@ export class CapsuleManager {
     // until the runner restarts and recovery wipes it; teardown's steps therefore report, not throw.
     const result = await this.teardown(c, commandWasRunning);
     this.capsules.delete(c.record.capsule_id);
+    this.reweigh(c.tenant);
     return result;
+  }
+
+  /**
+   * One account weighs one capsule's CPU weight however many capsules it runs: each of its n live
+   * capsules gets cpu_weight / n (so twenty capsules of one tenant cannot take twenty shares).
+   */
+  private reweigh(tenant: string | null): void {
+    if (tenant === null) return;
+    const mine = [...this.capsules.values()].filter((c) => c.tenant === tenant && c.state === 'live');
+    for (const c of mine) this.d.cgroups.setCpuWeight(c.record.cgroup, this.d.config.bounds.cpuWeight / mine.length);
   }
 
   private async teardown(c: Capsule, commandWasRunning: boolean): Promise<DestroyResult> {

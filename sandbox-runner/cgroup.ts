@@ -262,6 +262,12 @@ export class CgroupManager {
     return { mode: this.mode, memory: mem, pids, cpu };
   }
 
+  /** Sets a live capsule's CPU weight (v2 scale; v1 cpu.shares = weight x 1024 / 100); best effort. */
+  setCpuWeight(paths: CapsuleCgroupPaths, weight: number): void {
+    if (paths.mode === 'v2') tryWrite(join(paths.memory, 'cpu.weight'), String(Math.max(1, Math.round(weight))));
+    else if (paths.cpu) tryWrite(join(paths.cpu, 'cpu.shares'), String(Math.max(2, Math.round((weight * 1024) / 100))));
+  }
+
   /**
    * Moves the runner into `<subtree>/.runner` bounded to runnerBytes and
    * bounds the whole subtree (runner plus every capsule) to totalBytes, so

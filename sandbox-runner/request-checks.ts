@@ -62,6 +62,7 @@ export interface CreatePlan {
   env: Record<string, string>;
   apps: { name: string; bytes: Buffer }[];
   egress: { proxySocket: string; caPem: string } | null;
+  tenant: string | null;
 }
 
 export function checkCreate(req: CreateCapsuleRequest, config: RunnerConfig): CreatePlan {
@@ -95,7 +96,10 @@ export function checkCreate(req: CreateCapsuleRequest, config: RunnerConfig): Cr
         throw new RunnerError('too_large', 'app_files: larger than the capsule storage');
     }
     const egress = req.egress !== undefined && req.egress !== null ? validateEgress(req.egress) : null;
-    return { id, memoryMb: mem, storageMb, imageRoot, env, apps, egress };
+    const tenant = req.tenant ?? null;
+    if (tenant !== null && !/^[A-Za-z0-9_-]{1,64}$/.test(tenant))
+      throw new RunnerError('invalid', 'tenant: 1-64 of A-Z a-z 0-9 _ -');
+    return { id, memoryMb: mem, storageMb, imageRoot, env, apps, egress, tenant };
   } catch (e) {
     for (const a of apps) a.bytes.fill(0); // refused: the decoded customer bytes never outlive the call
     throw e;

@@ -110,6 +110,11 @@ export interface CreateCapsuleRequest {
   /** Capsulefile files, mounted read-only at /capsule/app inside. */
   app_files?: { filename: string; content_b64: string }[];
   egress?: EgressAttachment;
+  /**
+   * Opaque label of the capsule's account (a hash, never the id): the runner divides one CPU weight
+   * among an account's live capsules, so a tenant with twenty capsules weighs what one with one does.
+   */
+  tenant?: string;
 }
 
 export interface CreatedCapsule {
@@ -250,6 +255,7 @@ export const RUNNER_REQUEST_SCHEMAS: { [K in keyof RunnerMethods]: z.ZodType<Run
       .object({ proxy_socket: z.string(), ca_pem: z.string() })
       .nullish()
       .transform((v) => v ?? undefined),
+    tenant: z.string().optional(),
   }),
   exec: z.object({
     capsule_id: z.string(),

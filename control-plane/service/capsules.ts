@@ -1,6 +1,7 @@
 // Capsule lifecycle up to destruction: create, read, list, exec, upload,
 // output. Every step that touches customer data records its activity event
 // durably as it happens.
+import { createHash } from 'node:crypto';
 import { ApiError, invalid } from '../../shared/errors.js';
 import {
   RunnerError,
@@ -263,6 +264,8 @@ export class CapsuleService {
       await this.d.runner.create({
         capsule_id: id,
         memory_mb: memoryMb,
+        // The account, opaque to the runner: its capsules share one CPU weight.
+        tenant: createHash('sha256').update(customerId).digest('base64url').slice(0, 22),
         // Files mounted read-only at /capsule/app; env_vars set for every exec.
         ...(pinned
           ? {

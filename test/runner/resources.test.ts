@@ -181,7 +181,7 @@ print(sum(1 for p in glob.glob('/proc/[0-9]*/cmdline') if m in open(p, 'rb').rea
   });
 });
 
-t.test('the capsules together weigh less than the services on the CPU (capsules_cpu_weight)', async (t) => {
+t.test('CPU weights: the capsules together below the services, one tenant as one capsule', async (t) => {
   const r = await startRunner({ options: { capsules_cpu_weight: '10' } });
   t.teardown(() => r.stop());
   const name = r.process.spawnargs.find((a) => a.startsWith('--cgroup_name='))!.split('=')[1]!;
@@ -195,4 +195,22 @@ t.test('the capsules together weigh less than the services on the CPU (capsules_
   t.equal(readFileSync(`${v1}/cpu.shares`, 'utf8').trim(), '102', 'the capsules group: 10 % of one service thread');
   t.ok(readdirSync(v1).includes('cpu-weight'), 'each capsule is inside that group (its own cpu.shares below it)');
   await r.client.destroy('cpu-weight');
+
+  // One tenant weighs one capsule's share however many capsules it runs.
+  const shares = (id: string): string => readFileSync(`${v1}/${id}/cpu.shares`, 'utf8').trim();
+  for (const id of ['ta-1', 'ta-2', 'ta-3']) await r.client.create({ capsule_id: id, memory_mb: 64, tenant: 'acct-a' });
+  await r.client.create({ capsule_id: 'tb-1', memory_mb: 64, tenant: 'acct-b' });
+  t.same(
+    ['ta-1', 'ta-2', 'ta-3', 'tb-1'].map(shares),
+    ['341', '341', '341', '1024'],
+    'three capsules of one tenant share what one capsule of another has',
+  );
+  await r.client.destroy('ta-3');
+  t.same(['ta-1', 'ta-2'].map(shares), ['512', '512'], 'a destroy gives the share back to the rest');
+  await t.rejects(
+    r.client.create({ capsule_id: 'tc-1', memory_mb: 64, tenant: 'no spaces allowed' }),
+    /tenant/,
+    'a malformed tenant label is refused',
+  );
+  for (const id of ['ta-1', 'ta-2', 'tb-1']) await r.client.destroy(id);
 });
