@@ -32,13 +32,13 @@ export function createMetrics(runner: RunnerPort, queues: () => ReturnType<Store
   });
 
   // The runner's figures are read at scrape time: one bounded hello per scrape, shared by the gauges
-  // (the registry collects them concurrently), never kept up to date in between.
+  // (the registry starts their collects together) and forgotten once answered, so the next scrape asks again.
   let hello: Promise<RunnerHello | null> | null = null;
   const scrape = (): Promise<RunnerHello | null> => {
     hello ??= Promise.race([
       runner.hello().catch(() => null),
       new Promise<null>((r) => setTimeout(() => r(null), 2000).unref()),
-    ]).finally(() => setTimeout(() => (hello = null), 250).unref());
+    ]).finally(() => (hello = null));
     return hello;
   };
   new Gauge({
@@ -80,7 +80,7 @@ export function createMetrics(runner: RunnerPort, queues: () => ReturnType<Store
   // Queue depths are read from the database at scrape time (shared by every replica).
   let depths: ReturnType<typeof queues> | null = null;
   const readDepths = (): ReturnType<typeof queues> => {
-    depths ??= queues().finally(() => setTimeout(() => (depths = null), 250).unref());
+    depths ??= queues().finally(() => (depths = null));
     return depths;
   };
   const depth = (name: string, help: string, pick: (d: Awaited<ReturnType<typeof queues>>) => number): void => {
