@@ -72,7 +72,7 @@ export interface StartOptions {
 }
 
 /**
- * `runner` is the one local runner; without it the control plane reaches the
+ * `localRunner` is the one local runner; without it the control plane reaches the
  * network runners of config.remoteRunners (several, placed and heartbeated).
  */
 export async function startControlPlane(

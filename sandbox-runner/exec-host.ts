@@ -7,6 +7,7 @@
 // capture; the serving thread posts a request and awaits the outcome, so a
 // busy node delays the execs themselves, not every other tenant's frames.
 import { Worker } from 'node:worker_threads';
+import { within } from '../shared/time.js';
 import { RunnerError, type RunnerErrorCode } from '../shared/runner-error.js';
 import type { ExecOutcome, ExecParams, SandboxObservation } from './exec.js';
 import type { WriterResult } from './charged.js';
@@ -50,28 +51,27 @@ export type FromThread =
   | { op: 'exited'; id: number }
   | { op: 'dropped'; id: number }
   | { op: 'observe'; id: number; o: SandboxObservation }
-  | { op: 'done'; id: number; outcome: ExecOutcome }
-  | { op: 'written'; id: number; result: WriterResult }
+  | { op: 'done'; id: number; value: ExecOutcome | WriterResult }
   | { op: 'failed'; id: number; code: RunnerErrorCode | null; message: string };
 
 interface Run {
-  resolve: (o: ExecOutcome & WriterResult) => void;
+  /** An exec's ExecOutcome or a write's WriterResult, as the request that made it expects. */
+  resolve: (v: never) => void;
   reject: (e: Error) => void;
   observe?: (o: SandboxObservation) => void;
 }
 
 export class ExecHost {
   private worker: Worker | null = null;
+  private nextId = 1;
+  private readonly runs = new Map<number, Run>();
+  private readonly prepared = new Map<number, PreparedRef>();
+  private readonly drops = new Map<number, () => void>();
 
   /** Starts the thread now (its start-up, some 50 ms, stays off the first exec's path). */
   constructor() {
     this.thread();
   }
-
-  private nextId = 1;
-  private readonly runs = new Map<number, Run>();
-  private readonly prepared = new Map<number, PreparedRef>();
-  private readonly drops = new Map<number, () => void>();
 
   private thread(): Worker {
     if (this.worker) return this.worker;
@@ -111,11 +111,7 @@ export class ExecHost {
         this.runs.get(m.id)?.observe?.(m.o);
         return;
       case 'done':
-        this.runs.get(m.id)?.resolve(m.outcome as ExecOutcome & WriterResult);
-        this.runs.delete(m.id);
-        return;
-      case 'written':
-        this.runs.get(m.id)?.resolve(m.result as ExecOutcome & WriterResult);
+        this.runs.get(m.id)?.resolve(m.value as never);
         this.runs.delete(m.id);
         return;
       case 'failed':
@@ -126,18 +122,26 @@ export class ExecHost {
 
   /** Starts the next exec's wrapper in the exec thread (it joins the capsule's cgroups, then waits). */
   prepare(procs: string[], argFile: string, seccompPath: string): PreparedRef {
-    const ref: PreparedRef = { id: this.nextId++, alive: true };
-    this.prepared.set(ref.id, ref);
-    this.thread().postMessage({ op: 'prepare', id: ref.id, procs, argFile, seccompPath } satisfies ToThread);
-    return ref;
+    return this.hold((id) => ({ op: 'prepare', id, procs, argFile, seccompPath }));
   }
 
   /** Starts a capsule's next writer (charged.ts) in the exec thread; it joins the writer leaf, then waits. */
   prepareWriter(writerProcs: string): PreparedRef {
+    return this.hold((id) => ({ op: 'wprepare', id, writerProcs }));
+  }
+
+  private hold(message: (id: number) => ToThread): PreparedRef {
     const ref: PreparedRef = { id: this.nextId++, alive: true };
     this.prepared.set(ref.id, ref);
-    this.thread().postMessage({ op: 'wprepare', id: ref.id, writerProcs } satisfies ToThread);
+    this.thread().postMessage(message(ref.id));
     return ref;
+  }
+
+  /** The id of a prepared process the thread may use (it is used once), or null when it is gone. */
+  private use(prepared: PreparedRef | null): number | null {
+    if (!prepared) return null;
+    this.prepared.delete(prepared.id);
+    return prepared.alive ? prepared.id : null;
   }
 
   /**
@@ -161,10 +165,8 @@ export class ExecHost {
     const transfer = [...new Set(sent.map((c) => c.buffer as ArrayBuffer))];
     return new Promise<WriterResult>((resolve, reject) => {
       this.runs.set(id, { resolve, reject });
-      const usable = prepared && prepared.alive ? prepared.id : null;
-      if (prepared) this.prepared.delete(prepared.id);
       w.postMessage(
-        { op: 'write', id, writerProcs, prepared: usable, header, chunks: sent, hash } satisfies ToThread,
+        { op: 'write', id, writerProcs, prepared: this.use(prepared), header, chunks: sent, hash } satisfies ToThread,
         transfer,
       );
     });
@@ -176,9 +178,7 @@ export class ExecHost {
     ref.alive = false;
     const gone = new Promise<void>((resolve) => this.drops.set(ref.id, resolve));
     this.worker.postMessage({ op: 'drop', id: ref.id } satisfies ToThread);
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([gone, new Promise((r) => (timer = setTimeout(r, 2000)))]);
-    clearTimeout(timer);
+    await within(gone, 2000).catch(() => undefined);
     this.drops.delete(ref.id);
   }
 
@@ -190,9 +190,13 @@ export class ExecHost {
     return new Promise<ExecOutcome>((resolve, reject) => {
       this.runs.set(id, { resolve, reject, ...(observe ? { observe } : {}) });
       onStart?.(() => this.worker?.postMessage({ op: 'abort', id } satisfies ToThread));
-      const usable = prepared && prepared.alive ? prepared.id : null;
-      if (prepared) this.prepared.delete(prepared.id);
-      w.postMessage({ op: 'run', id, prepared: usable, params, observe: observe !== undefined } satisfies ToThread);
+      w.postMessage({
+        op: 'run',
+        id,
+        prepared: this.use(prepared),
+        params,
+        observe: observe !== undefined,
+      } satisfies ToThread);
     });
   }
 

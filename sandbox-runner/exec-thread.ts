@@ -2,8 +2,8 @@
 import { parentPort } from 'node:worker_threads';
 import { RunnerError } from '../shared/runner-error.js';
 import { systemClock } from './clock.js';
-import { prepareExec, runExec, type Prepared } from './exec.js';
-import { prepareWriter, runWriter, type PreparedWriter } from './charged.js';
+import { prepareExec, runExec, type ExecOutcome, type Prepared } from './exec.js';
+import { prepareWriter, runWriter, type PreparedWriter, type WriterResult } from './charged.js';
 import type { FromThread, ToThread } from './exec-host.js';
 
 const port = parentPort!;
@@ -38,6 +38,20 @@ function take<T extends Prepared | PreparedWriter>(id: number | null): T | null 
   return h as T | null;
 }
 
+/** Posts a run's or write's outcome, or its failure (a RunnerError keeps its code). */
+function reply(id: number, work: Promise<ExecOutcome | WriterResult>): Promise<unknown> {
+  return work.then(
+    (value) => post({ op: 'done', id, value }),
+    (e: unknown) =>
+      post({
+        op: 'failed',
+        id,
+        code: e instanceof RunnerError ? e.code : null,
+        message: e instanceof Error ? e.message : String(e),
+      }),
+  );
+}
+
 port.on('message', (m: ToThread) => {
   switch (m.op) {
     case 'prepare':
@@ -56,56 +70,36 @@ port.on('message', (m: ToThread) => {
       h.child.kill('SIGKILL');
       return;
     }
-    case 'write': {
-      const w = take<PreparedWriter>(m.prepared);
-      let run: ReturnType<typeof runWriter>;
-      try {
-        run = runWriter(m.writerProcs, w, m.header, m.chunks, m.hash);
-      } catch (e) {
-        run = Promise.reject(e);
-      }
-      run
-        .then(
-          (result) => post({ op: 'written', id: m.id, result }),
-          (e: unknown) =>
-            post({ op: 'failed', id: m.id, code: null, message: e instanceof Error ? e.message : String(e) }),
-        )
-        .finally(() => {
+    case 'write':
+      reply(m.id, runWriter(m.writerProcs, take<PreparedWriter>(m.prepared), m.header, m.chunks, m.hash)).finally(
+        () => {
           // Customer bytes: this thread's copy is zeroed once written.
           for (const c of m.chunks) c.fill(0);
-        });
+        },
+      );
       return;
-    }
     case 'abort':
       if (aborts.has(m.id)) aborts.get(m.id)!();
       else aborted.add(m.id);
       return;
     case 'run': {
       const p = take<Prepared>(m.prepared);
-      runExec({
-        ...m.params,
-        prepared: p,
-        clock: systemClock,
-        ...(m.observe ? { observe: (o) => post({ op: 'observe', id: m.id, o }) } : {}),
-        onStart: (abort) => {
-          aborts.set(m.id, abort);
-          if (aborted.delete(m.id)) abort();
-        },
-      })
-        .then(
-          (outcome) => post({ op: 'done', id: m.id, outcome }),
-          (e: unknown) =>
-            post({
-              op: 'failed',
-              id: m.id,
-              code: e instanceof RunnerError ? e.code : null,
-              message: e instanceof Error ? e.message : String(e),
-            }),
-        )
-        .finally(() => {
-          aborts.delete(m.id);
-          aborted.delete(m.id);
-        });
+      reply(
+        m.id,
+        runExec({
+          ...m.params,
+          prepared: p,
+          clock: systemClock,
+          ...(m.observe ? { observe: (o) => post({ op: 'observe', id: m.id, o }) } : {}),
+          onStart: (abort) => {
+            aborts.set(m.id, abort);
+            if (aborted.delete(m.id)) abort();
+          },
+        }),
+      ).finally(() => {
+        aborts.delete(m.id);
+        aborted.delete(m.id);
+      });
     }
   }
 });

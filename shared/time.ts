@@ -14,3 +14,18 @@ export function isoMicros(epochMs: number): string {
 export function nowIsoMicros(): string {
   return isoMicros(performance.timeOrigin + performance.now());
 }
+
+/** p, or a rejection with `message` once `ms` have passed (the timer is cleared either way). */
+export async function within<T>(p: Promise<T>, ms: number, message = 'timeout'): Promise<T> {
+  let t: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, rej) => {
+        t = setTimeout(() => rej(new Error(message)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(t);
+  }
+}

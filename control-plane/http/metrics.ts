@@ -8,6 +8,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { RunnerCapacity, RunnerHello, RunnerPort } from '../../shared/runner-protocol.js';
 import type { ServiceMetrics, Store } from '../domain/index.js';
+import { within } from '../../shared/time.js';
 
 export interface HttpMetrics extends ServiceMetrics {
   registry: Registry;
@@ -35,10 +36,9 @@ export function createMetrics(runner: RunnerPort, queues: () => ReturnType<Store
   // (the registry starts their collects together) and forgotten once answered, so the next scrape asks again.
   let hello: Promise<RunnerHello | null> | null = null;
   const scrape = (): Promise<RunnerHello | null> => {
-    hello ??= Promise.race([
-      runner.hello().catch(() => null),
-      new Promise<null>((r) => setTimeout(() => r(null), 2000).unref()),
-    ]).finally(() => (hello = null));
+    hello ??= within(runner.hello(), 2000)
+      .catch(() => null)
+      .finally(() => (hello = null));
     return hello;
   };
   new Gauge({

@@ -14,6 +14,7 @@ import {
   type RunnerMember,
   type RunnerPort,
 } from '../../shared/runner-protocol.js';
+import { within } from '../../shared/time.js';
 import { ReconnectingRunner } from './reconnecting.js';
 
 export interface RunnerAddress {
@@ -112,14 +113,8 @@ export class RunnerFleet implements RunnerPort {
   }
 
   private async greet(m: Member): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
     try {
-      const hello = await Promise.race([
-        m.runner.hello(),
-        new Promise<never>((_, rej) => {
-          timer = setTimeout(() => rej(new RunnerError('unavailable', 'hello timed out')), HELLO_TIMEOUT_MS);
-        }),
-      ]);
+      const hello = await within(m.runner.hello(), HELLO_TIMEOUT_MS, 'hello timed out');
       const nodeId = hello.node_id ?? m.address;
       const wasUp = m.up;
       Object.assign(m, { hello, up: true, deltaMb: 0, deltaCount: 0 });
@@ -146,8 +141,6 @@ export class RunnerFleet implements RunnerPort {
     } catch (e) {
       if (m.up) this.o.log.warn({ runner: m.address, err: e }, 'runner missed a heartbeat');
       m.up = false;
-    } finally {
-      clearTimeout(timer);
     }
   }
 

@@ -221,72 +221,45 @@ async function conformance(t: Test, store: Store): Promise<void> {
     t.same(seen, [...ids].reverse(), 'all seven, newest first, none of another customer');
   });
 
+  /** Nothing older than this is forgotten or taken for dead in these cases unless they say so. */
+  const OLD = '2026-10-31T00:00:00.000000Z';
+
   await t.test('idempotency: one claim wins, a replay sees the stored response', async (t) => {
     const a = account('idem');
     await store.createAccount(a);
+    const claim = (key: string, hash: string, notBefore = OLD) =>
+      store.claimIdempotency(a.customer_id, key, hash, T0, notBefore, OLD);
     const key = `idem-${hex(4)}`;
-    const claims = await Promise.all([
-      store.claimIdempotency(
-        a.customer_id,
-        key,
-        'h1',
-        T0,
-        '2026-10-31T00:00:00.000000Z',
-        '2026-10-31T00:00:00.000000Z',
-      ),
-      store.claimIdempotency(
-        a.customer_id,
-        key,
-        'h1',
-        T0,
-        '2026-10-31T00:00:00.000000Z',
-        '2026-10-31T00:00:00.000000Z',
-      ),
-    ]);
+    const claims = await Promise.all([claim(key, 'h1'), claim(key, 'h1')]);
     t.same(claims.map((c) => c.state).sort(), ['claimed', 'pending'], 'one claimant, one sees it pending');
     const response = { status: 201, body: '{"id":"cap_x"}', headers: { 'content-type': 'application/json' } };
     await store.completeIdempotency(a.customer_id, key, response);
-    const replay = await store.claimIdempotency(
-      a.customer_id,
-      key,
-      'h1',
-      T0,
-      '2026-10-31T00:00:00.000000Z',
-      '2026-10-31T00:00:00.000000Z',
-    );
+    const replay = await claim(key, 'h1');
     t.equal(replay.state, 'done');
     if (replay.state === 'done') {
       t.same(replay.response, response);
       t.equal(replay.request_hash, 'h1');
     }
     const key2 = `idem-${hex(4)}`;
-    t.equal(
-      (await store.claimIdempotency(a.customer_id, key2, 'h2', T0, T0, '2026-10-31T00:00:00.000000Z')).state,
-      'claimed',
-    );
+    t.equal((await claim(key2, 'h2', T0)).state, 'claimed');
     await store.releaseIdempotency(a.customer_id, key2);
-    t.equal(
-      (await store.claimIdempotency(a.customer_id, key2, 'h2', T0, T0, '2026-10-31T00:00:00.000000Z')).state,
-      'claimed',
-      'released keys can be claimed',
-    );
+    t.equal((await claim(key2, 'h2', T0)).state, 'claimed', 'released keys can be claimed');
   });
 
   await t.test('idempotency: a pending claim not renewed is taken over exactly once', async (t) => {
     const a = account('idem-takeover');
     await store.createAccount(a);
     const key = `idem-${hex(4)}`;
-    const old = '2026-10-31T00:00:00.000000Z';
     const at = (s: number): string => new Date(Date.parse(T0) + s * 1000).toISOString().replace('Z', '000Z');
-    t.equal((await store.claimIdempotency(a.customer_id, key, 'h1', T0, old, old)).state, 'claimed');
+    // A retry at `now` takes over a claim not renewed since `staleBefore`.
+    const claim = (now: string, staleBefore: string) =>
+      store.claimIdempotency(a.customer_id, key, 'h1', now, OLD, staleBefore);
+    t.equal((await claim(T0, OLD)).state, 'claimed');
     await store.renewIdempotency(a.customer_id, key, at(4));
     // Renewed at +4 s: at +8 s with a 6 s bound it is alive.
-    t.equal((await store.claimIdempotency(a.customer_id, key, 'h1', at(8), old, at(2))).state, 'pending');
+    t.equal((await claim(at(8), at(2))).state, 'pending');
     // Not renewed since +4 s: at +20 s two retries race, one takes it over.
-    const claims = await Promise.all([
-      store.claimIdempotency(a.customer_id, key, 'h1', at(20), old, at(14)),
-      store.claimIdempotency(a.customer_id, key, 'h1', at(20), old, at(14)),
-    ]);
+    const claims = await Promise.all([claim(at(20), at(14)), claim(at(20), at(14))]);
     t.same(claims.map((c) => c.state).sort(), ['claimed', 'pending'], 'one retry takes the claim over');
     const won = claims.find((c) => c.state === 'claimed');
     t.same(won, { state: 'claimed', resource_id: null, request_hash: 'h1' }, 'nothing was created under it');

@@ -3,6 +3,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import Router from '@koa/router';
 import { ApiError, invalid } from '../../../shared/errors.js';
+import { within } from '../../../shared/time.js';
 import { contactSchema, parseBody, parseJsonObject, signupSchema } from '../../domain/index.js';
 import { ByteBudget, readJsonBytes } from '../body.js';
 import type { AppDeps, Ctx } from '../context.js';
@@ -31,20 +32,6 @@ export const VERIFY_INLINE_MAX_BYTES = 64 * 1024;
 
 /** Error pages: nothing but the document itself may load (no scripts, styles, frames, forms). */
 const DOCS_CSP = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
-
-async function within<T>(p: Promise<T>, ms: number): Promise<T> {
-  let t: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<T>((_, rej) => {
-        t = setTimeout(() => rej(new Error('timeout')), ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(t);
-  }
-}
 
 export function publicRoutes(d: AppDeps): Router {
   const r = new Router<Ctx['state']>();
