@@ -303,7 +303,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
       killGraceMs: int(m, 'kill_grace_ms', 500, 0, 60000),
       pidsMax: int(m, 'pids_max', 128, 8, 1 << 22),
       cpuWeight: int(m, 'cpu_weight', 100, 1, 10000),
-      capsulesCpuWeight: int(m, 'capsules_cpu_weight', 10, 1, 10000),
+      capsulesCpuWeight: int(m, 'capsules_cpu_weight', 100, 1, 10000),
     },
     allowSwapForTests: swap === '1',
     procSwaps,
