@@ -12,6 +12,7 @@ import { pino } from 'pino';
 import { startControlPlane } from '../control-plane/server.js';
 import { startRunner } from '../test/helpers/runner.js';
 import { Api, freshDb, testConfig, type Driver } from '../test/control-plane/harness.js';
+import { bareBwrapMs } from './bare-bwrap.js';
 
 const argNum = (name: string, dflt: number): number => {
   const a = process.argv.find((x) => x.startsWith(`--${name}=`));
@@ -109,6 +110,10 @@ async function benchDriver(driver: Driver): Promise<void> {
     );
     console.log(`  create                     ${fmt(create)}`);
     console.log(`  exec true                  ${fmt(exec)}`);
+    const bare = await bareBwrapMs(ITER);
+    console.log(
+      `  bare bwrap true            ${fmt(bare)}  (same run; exec true p50 = ${(pct(exec, 50) / pct(bare, 50)).toFixed(2)}x)`,
+    );
     console.log(`  destroy (proof signed)     ${fmt(destroy)}`);
     console.log(`  full round trip            ${fmt(round)}`);
     console.log('    (create -> upload 4 KB -> exec -> download -> destroy -> POST /v1/verify)');

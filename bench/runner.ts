@@ -3,9 +3,9 @@
 // measured in the same run; then 50 live capsules and host memory per idle
 // capsule. Prints figures; run as root: npm run build && npm run bench:runner
 // BENCH_RUNS (default 200) sets the run count of every series.
-import { spawn } from 'node:child_process';
 import { readFileSync, statfsSync } from 'node:fs';
 import { startRunner } from '../test/helpers/runner.js';
+import { BARE, runProc } from './bare-bwrap.js';
 
 const RUNS = Number(process.env['BENCH_RUNS'] ?? 200);
 const MiB = 1024 * 1024;
@@ -24,38 +24,6 @@ function row(s: Series): string {
   const mean = v.reduce((a, b) => a + b, 0) / v.length;
   return `${s.name.padEnd(34)} n=${String(v.length).padEnd(4)} p50=${pct(v, 50).toFixed(2).padStart(8)} ms  p99=${pct(v, 99).toFixed(2).padStart(8)} ms  mean=${mean.toFixed(2).padStart(8)} ms`;
 }
-
-function runProc(file: string, args: string[]): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const p = spawn(file, args, { stdio: 'ignore' });
-    p.on('error', reject);
-    p.on('exit', (code) => resolve(code ?? -1));
-  });
-}
-
-const BARE = [
-  '--unshare-all',
-  '--die-with-parent',
-  '--new-session',
-  '--ro-bind',
-  '/usr',
-  '/usr',
-  '--symlink',
-  'usr/bin',
-  '/bin',
-  '--symlink',
-  'usr/lib',
-  '/lib',
-  '--symlink',
-  'usr/lib64',
-  '/lib64',
-  '--proc',
-  '/proc',
-  '--dev',
-  '/dev',
-  '--',
-  '/bin/true',
-];
 
 async function time<T>(fn: () => Promise<T>): Promise<number> {
   const t0 = performance.now();

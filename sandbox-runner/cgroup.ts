@@ -1,7 +1,8 @@
 // Per-capsule cgroups (isolation layer 5) on cgroup v2, v1 or the hybrid
 // layout. Capsule groups are created under the runner's own cgroup (read from
 // /proc/self/cgroup) inside a subtree named for this runner; the hierarchy
-// itself is never remounted or reorganized.
+// itself is never reorganized (the one mount flag the runner may set is in
+// cgroup-dynmods.ts).
 //
 // v2: memory.max, memory.swap.max=0, memory.oom.group=1, pids.max, cpu.weight,
 //     OOM count from memory.events, kill via cgroup.kill.

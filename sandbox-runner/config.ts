@@ -71,6 +71,8 @@ export interface RunnerConfig {
    * writes that can meet ENOSPC, stated in the evidence); tests use it.
    */
   wipeSparseHelper: boolean;
+  /** Set the cgroup2 mount option favordynmods at start (cgroup-dynmods.ts): fast cgroup moves. */
+  cgroupFavorDynmods: boolean;
   /** CAPSULE_RUNNER_LISTEN=host:port with CAPSULE_RUNNER_TLS_CA/_CERT/_KEY: the mutual-TLS listener; null = Unix socket only. */
   listen: { host: string; port: number; ca: string; cert: string; key: string } | null;
   /** CAPSULE_RUNNER_NODE_ID (default: the host name): how control planes name this runner. */
@@ -170,6 +172,7 @@ const KEYS = [
   'runner_memory_mb',
   'exit_with_parent',
   'wipe_sparse_helper',
+  'cgroup_favordynmods',
 ] as const;
 type Key = (typeof KEYS)[number];
 
@@ -275,6 +278,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
   if (parent !== undefined && parent !== '0' && parent !== '1') throw new ConfigError('exit_with_parent: 0 or 1');
   const sparse = m.get('wipe_sparse_helper');
   if (sparse !== undefined && sparse !== '0' && sparse !== '1') throw new ConfigError('wipe_sparse_helper: 0 or 1');
+  const dynmods = m.get('cgroup_favordynmods');
+  if (dynmods !== undefined && dynmods !== '0' && dynmods !== '1') throw new ConfigError('cgroup_favordynmods: 0 or 1');
   const nodeId = m.get('node_id') ?? hostname();
   if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/.test(nodeId)) throw new ConfigError('node_id: letters, digits, . _ - only');
   return {
@@ -311,5 +316,6 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
     runnerMemoryMb,
     exitWithParent: parent === '1',
     wipeSparseHelper: sparse !== '0',
+    cgroupFavorDynmods: dynmods !== '0',
   };
 }

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { activeSwaps, PROC_SWAPS, swapRefusal } from '../shared/node/swaps.js';
 import { RUNNER_PROTOCOL_VERSION } from '../shared/runner-protocol.js';
 import { CgroupError, CgroupManager } from './cgroup.js';
+import { favorDynmods } from './cgroup-dynmods.js';
 import { CapsuleManager, etcDirFor } from './capsule.js';
 import { systemClock, systemRandom } from './clock.js';
 import { ConfigError, loadConfig, type RunnerConfig } from './config.js';
@@ -80,6 +81,13 @@ async function main(): Promise<void> {
   }
   if (config.procSwaps !== PROC_SWAPS)
     process.stderr.write(`capsule-runner: WARNING swap is read from ${config.procSwaps} (proc_swaps, tests only)\n`);
+  if (config.cgroupFavorDynmods) {
+    const d = favorDynmods();
+    if (d.state === 'failed')
+      process.stderr.write(
+        `capsule-runner: WARNING cgroup2 favordynmods not set on ${d.mountPoint} (${d.reason}); every exec waits for its cgroup moves\n`,
+      );
+  }
   let cgroups: CgroupManager;
   let unconfine: () => void;
   try {
