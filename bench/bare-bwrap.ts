@@ -36,9 +36,9 @@ export const BARE = [
   '/bin/true',
 ];
 
-/** Times `runs` bare bwrap starts (after 10 unmeasured ones), in milliseconds each. */
-export async function bareBwrapMs(runs: number): Promise<number[]> {
-  for (let i = 0; i < 10; i++) await runProc('bwrap', BARE);
+/** Times `runs` bare bwrap starts (after `warmup` unmeasured ones), in milliseconds each. */
+export async function bareBwrapMs(runs: number, warmup = 10): Promise<number[]> {
+  for (let i = 0; i < warmup; i++) await runProc('bwrap', BARE);
   const out: number[] = [];
   for (let i = 0; i < runs; i++) {
     const t0 = performance.now();
