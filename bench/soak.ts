@@ -1,14 +1,18 @@
 // `npm run soak`: the full hostile-tenant soak (5 attacker accounts x 4
 // capsules for 5 minutes beside one victim account; test/soak/soak.ts).
 // Prints the victim's lifecycle latency idle and under attack, and every failure.
+// SOAK_MINUTES, SOAK_ACCOUNTS, SOAK_IDLE and SOAK_ATTACKS shorten or narrow it.
 import { runSoak } from '../test/soak/soak.js';
 
 const minutes = Number(process.env.SOAK_MINUTES ?? 5);
+// SOAK_ATTACKS=cpu-spin,fork-bomb runs only those (to attribute a slowdown); SOAK_ACCOUNTS=n.
+const attacks = process.env.SOAK_ATTACKS?.split(',').filter(Boolean);
 const report = await runSoak({
   durationMs: minutes * 60_000,
-  accounts: 5,
+  accounts: Number(process.env.SOAK_ACCOUNTS ?? 5),
   capsulesPerAccount: 4,
-  idleLifecycles: 30,
+  idleLifecycles: Number(process.env.SOAK_IDLE ?? 30),
+  ...(attacks ? { attacks } : {}),
   log: (l) => console.log(l),
 });
 const ratio = report.underAttack.p99 / report.idle.p99;

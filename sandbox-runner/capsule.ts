@@ -31,7 +31,7 @@ import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.j
 import { baseEnv, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
-import { FileWorkers } from './offloop.js';
+import { FileWorkers, type JobOwner } from './offloop.js';
 import { wipeAndZeroize } from './wipe.js';
 import { fitJson } from './output-fit.js';
 import { DEFAULT_FRAME_LIMITS } from '../shared/node/framing.js';
@@ -455,18 +455,30 @@ export class CapsuleManager {
     };
   }
 
+  /** Whose a file job is and what it must go through: the bytes on the capsule's tmpfs now (unknown: large). */
+  private jobOwner(c: Capsule): JobOwner {
+    let bytes = Number.MAX_SAFE_INTEGER;
+    try {
+      const fs = statfsSync(c.record.tmpfs_dir);
+      bytes = (fs.blocks - fs.bfree) * fs.bsize;
+    } catch {
+      /* unmeasured: treated as large */
+    }
+    return { capsule: c.record.capsule_id, tenant: c.tenant ?? c.record.capsule_id, bytes };
+  }
+
   async listOutput(params: { capsule_id: string }): Promise<{ files: ListedFile[] }> {
     const c = this.get(params?.capsule_id);
     // Hash at most what the tmpfs can hold: more can only be holes of sparse files.
     const budget = this.d.config.bounds.tmpfsMb * 1024 * 1024;
-    return { files: await this.files.list(c.record.capsule_id, join(c.record.tmpfs_dir, 'output'), budget) };
+    return { files: await this.files.list(this.jobOwner(c), join(c.record.tmpfs_dir, 'output'), budget) };
   }
 
   async readOutput(params: { capsule_id: string; filename: string }): Promise<{ entry: FileEntry; bytes: Buffer }> {
     const c = this.get(params?.capsule_id);
     const name = validateFilename(params.filename);
     const dir = join(c.record.tmpfs_dir, 'output');
-    return this.files.read(c.record.capsule_id, dir, name, this.d.config.bounds.maxReadBytes);
+    return this.files.read(this.jobOwner(c), dir, name, this.d.config.bounds.maxReadBytes);
   }
 
   async destroy(params: { capsule_id: string }): Promise<DestroyResult> {
@@ -523,7 +535,9 @@ export class CapsuleManager {
     const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
     let wipe: Awaited<ReturnType<FileWorkers['wipe']>>;
     try {
-      wipe = await this.files.wipe(r.capsule_id, r.tmpfs_dir, c.key, { sparseHelper: this.d.config.wipeSparseHelper });
+      wipe = await this.files.wipe(this.jobOwner(c), r.tmpfs_dir, c.key, {
+        sparseHelper: this.d.config.wipeSparseHelper,
+      });
     } catch (e) {
       // No worker could run it: wipe here (blocks this loop, but the bytes are never left behind).
       process.stderr.write(`runner: wipe worker failed (${(e as Error)?.message}); wiping on the main thread\n`);

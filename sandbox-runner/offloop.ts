@@ -2,7 +2,11 @@
 // listing/hashing, output reads and wipes. The serving thread only posts a
 // job and awaits the reply, so a capsule's bytes (a 9.2 EB sparse file, a
 // farm of hard links) cannot delay another tenant's exec or the ready answer.
-// Jobs of one capsule run one at a time, so one tenant holds at most one worker.
+// Jobs of one capsule run one at a time. Queued jobs go to the tenant with the
+// fewest jobs running (first come among equals), and a job over few bytes
+// (what the capsule's tmpfs holds, measured by the caller) has a thread of its
+// own besides: an ordinary download or destroy never waits behind other
+// tenants' gigabytes (measured: 1.8 s behind twelve full tmpfs in the soak).
 import { Worker } from 'node:worker_threads';
 import { RunnerError, type FileEntry, type ListedFile, type RunnerErrorCode } from '../shared/runner-protocol.js';
 import type { FileJob, JobMessage, JobReply } from './file-worker.js';
@@ -10,80 +14,133 @@ import type { WipeOptions, WipeOutcome } from './wipe.js';
 
 const WORKER_URL = new URL('./file-worker.js', import.meta.url);
 
+/** A job over at most this many bytes may also run on the thread kept for small jobs. */
+export const SMALL_JOB_BYTES = 8 * 1024 * 1024;
+
+/** Who a job is for and how much it has to go through (bytes on the capsule's tmpfs). */
+export interface JobOwner {
+  /** The capsule: its jobs run one at a time. */
+  capsule: string;
+  /** The account's opaque label (the capsule's own id when it has none): the unit of fairness. */
+  tenant: string;
+  bytes: number;
+}
+
 interface Slot {
   worker: Worker;
-  busy: ((r: JobReply) => void) | null;
+  /** The thread kept for small jobs. */
+  small: boolean;
+  busy: { resolve: (r: JobReply) => void; tenant: string } | null;
 }
 
 interface Pending {
   job: FileJob;
   transfer: ArrayBuffer[];
   resolve: (r: JobReply) => void;
+  tenant: string;
+  small: boolean;
 }
 
 export class FileWorkers {
   private readonly slots: Slot[] = [];
   private readonly queue: Pending[] = [];
   private readonly perKey = new Map<string, Promise<unknown>>();
+  /** tenant -> jobs running now. */
+  private readonly running = new Map<string, number>();
   private nextId = 1;
   private closed = false;
 
+  /** maxWorkers: threads for any job; one more is kept for small jobs. */
   constructor(private readonly maxWorkers = 4) {}
 
-  private spawn(): Slot {
+  private spawn(small: boolean): Slot {
     const worker = new Worker(WORKER_URL);
     worker.unref();
-    const slot: Slot = { worker, busy: null };
+    const slot: Slot = { worker, small, busy: null };
+    const done = (r: JobReply): void => {
+      const b = slot.busy;
+      slot.busy = null;
+      if (b) {
+        const n = (this.running.get(b.tenant) ?? 1) - 1;
+        if (n > 0) this.running.set(b.tenant, n);
+        else this.running.delete(b.tenant);
+        b.resolve(r);
+      }
+      this.pump();
+    };
     const fail = (message: string): void => {
       const i = this.slots.indexOf(slot);
       if (i >= 0) this.slots.splice(i, 1);
-      const b = slot.busy;
-      slot.busy = null;
-      b?.({ id: 0, ok: false, error: { runner: false, code: 'internal', message } });
-      this.pump();
+      done({ id: 0, ok: false, error: { runner: false, code: 'internal', message } });
     };
-    worker.on('message', (r: JobReply) => {
-      const b = slot.busy;
-      slot.busy = null;
-      b?.(r);
-      this.pump();
-    });
+    worker.on('message', done);
     worker.on('error', (e) => fail(`file worker failed: ${e.message}`));
     worker.on('exit', (code) => fail(`file worker exited with ${code}`));
     this.slots.push(slot);
     return slot;
   }
 
+  /** The next job for a free thread of this kind: the least busy tenant's oldest. */
+  private pick(small: boolean): number {
+    let best = -1;
+    let load = Infinity;
+    for (let i = 0; i < this.queue.length; i++) {
+      const p = this.queue[i]!;
+      if (small && !p.small) continue;
+      const n = this.running.get(p.tenant) ?? 0;
+      if (n < load) {
+        best = i;
+        load = n;
+      }
+    }
+    return best;
+  }
+
+  /** A free thread of this kind, started when there are fewer than its bound (null: none). */
+  private idle(small: boolean): Slot | null {
+    const free = this.slots.find((s) => s.small === small && s.busy === null);
+    if (free) return free;
+    if (this.slots.filter((s) => s.small === small).length >= (small ? 1 : this.maxWorkers)) return null;
+    return this.spawn(small);
+  }
+
   private pump(): void {
-    while (this.queue.length > 0 && !this.closed) {
-      let slot = this.slots.find((s) => s.busy === null);
-      if (!slot && this.slots.length < this.maxWorkers) {
+    let moved = true;
+    while (moved && this.queue.length > 0 && !this.closed) {
+      moved = false;
+      for (const small of [false, true]) {
+        const i = this.pick(small);
+        if (i < 0) continue;
+        let slot: Slot | null;
         try {
-          slot = this.spawn();
+          slot = this.idle(small);
         } catch (e) {
           // No thread could start: with none running, nothing would ever take the queue, so fail it now.
-          if (this.slots.length > 0) return;
+          if (this.slots.length > 0) continue;
           const message = `file worker could not start: ${(e as Error).message}`;
           for (const p of this.queue.splice(0))
             p.resolve({ id: 0, ok: false, error: { runner: false, code: 'internal', message } });
           return;
         }
+        if (!slot) continue;
+        const p = this.queue.splice(i, 1)[0]!;
+        slot.busy = { resolve: p.resolve, tenant: p.tenant };
+        this.running.set(p.tenant, (this.running.get(p.tenant) ?? 0) + 1);
+        const msg: JobMessage = { id: this.nextId++, job: p.job };
+        slot.worker.postMessage(msg, p.transfer);
+        moved = true;
       }
-      if (!slot) return;
-      const p = this.queue.shift()!;
-      slot.busy = p.resolve;
-      const msg: JobMessage = { id: this.nextId++, job: p.job };
-      slot.worker.postMessage(msg, p.transfer);
     }
   }
 
-  private async submit(key: string, job: FileJob, transfer: ArrayBuffer[] = []): Promise<unknown> {
+  private async submit(owner: JobOwner, job: FileJob, transfer: ArrayBuffer[] = []): Promise<unknown> {
     if (this.closed) throw new RunnerError('unavailable', 'runner is shutting down');
+    const key = owner.capsule;
     const prev = this.perKey.get(key) ?? Promise.resolve();
     const mine = prev.then(
       () =>
         new Promise<JobReply>((resolve) => {
-          this.queue.push({ job, transfer, resolve });
+          this.queue.push({ job, transfer, resolve, tenant: owner.tenant, small: owner.bytes <= SMALL_JOB_BYTES });
           this.pump();
         }),
     );
@@ -101,12 +158,17 @@ export class FileWorkers {
     throw new Error(r.error.message);
   }
 
-  async list(key: string, dir: string, hashBudget: number): Promise<ListedFile[]> {
-    return (await this.submit(key, { kind: 'list', dir, hashBudget })) as ListedFile[];
+  async list(owner: JobOwner, dir: string, hashBudget: number): Promise<ListedFile[]> {
+    return (await this.submit(owner, { kind: 'list', dir, hashBudget })) as ListedFile[];
   }
 
-  async read(key: string, dir: string, name: string, maxBytes: number): Promise<{ entry: FileEntry; bytes: Buffer }> {
-    const r = (await this.submit(key, { kind: 'read', dir, name, maxBytes })) as {
+  async read(
+    owner: JobOwner,
+    dir: string,
+    name: string,
+    maxBytes: number,
+  ): Promise<{ entry: FileEntry; bytes: Buffer }> {
+    const r = (await this.submit(owner, { kind: 'read', dir, name, maxBytes })) as {
       entry: FileEntry;
       bytes: Uint8Array;
     };
@@ -119,7 +181,7 @@ export class FileWorkers {
    * back: keyReadbackZero covers both copies.
    */
   async wipe(
-    key: string,
+    owner: JobOwner,
     root: string,
     capsuleKey: Buffer,
     opts: WipeOptions = {},
@@ -129,7 +191,7 @@ export class FileWorkers {
     capsuleKey.fill(0);
     let out: WipeOutcome & { keyReadbackZero: boolean };
     try {
-      out = (await this.submit(key, { kind: 'wipe', root, key: moved, opts }, [moved.buffer])) as WipeOutcome & {
+      out = (await this.submit(owner, { kind: 'wipe', root, key: moved, opts }, [moved.buffer])) as WipeOutcome & {
         keyReadbackZero: boolean;
       };
     } finally {

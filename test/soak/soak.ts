@@ -29,6 +29,8 @@ export interface SoakOptions {
   capsulesPerAccount: number;
   /** Victim lifecycles measured before the attacks start. */
   idleLifecycles: number;
+  /** Run only these attacks (by name), to attribute a slowdown; default: all. */
+  attacks?: string[];
   log?: (line: string) => void;
 }
 
@@ -347,11 +349,13 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     }
 
     const deadline = Date.now() + o.durationMs;
+    const chosen = o.attacks ? ATTACKS.filter((a) => o.attacks!.includes(a.name)) : ATTACKS;
+    if (chosen.length === 0) throw new Error(`no such attack: ${o.attacks?.join(', ')}`);
     let slot = 0;
     const workers: Promise<void>[] = [];
     for (const acc of attackers) {
       for (let k = 0; k < o.capsulesPerAccount; k++) {
-        const attack = ATTACKS[slot++ % ATTACKS.length]!;
+        const attack = chosen[slot++ % chosen.length]!;
         workers.push(
           (async () => {
             while (Date.now() < deadline) {
