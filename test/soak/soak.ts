@@ -314,8 +314,13 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     // The victim: an ordinary Team account.
     const victim = await api.signup();
     admin(victim.email, 'team');
-    const stepMedians = (steps: Record<string, number[]>): Record<string, number> =>
-      Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, Math.round(quantiles(v).p50)]));
+    const stepMedians = (steps: Record<string, number[]>): Record<string, string> =>
+      Object.fromEntries(
+        Object.entries(steps).map(([k, v]) => {
+          const q = quantiles(v);
+          return [k, `${Math.round(q.p50)}/${Math.round(q.p99)}`];
+        }),
+      );
     const victimRun = async (o: { count?: number; until?: number }): Promise<VictimResult> => {
       const r = await runVictim({ baseUrl: server.url, key: victim.key, ...o });
       failures.push(...r.failures);
@@ -325,7 +330,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     };
     const idleRun = await victimRun({ count: o.idleLifecycles });
     const idle = idleRun.lifecycles;
-    log(`idle: ${JSON.stringify(quantiles(idle))} step p50 ms ${JSON.stringify(stepMedians(idleRun.steps))}`);
+    log(`idle: ${JSON.stringify(quantiles(idle))} step p50/p99 ms ${JSON.stringify(stepMedians(idleRun.steps))}`);
 
     // Attackers: Enterprise accounts (so tier quotas are not what stops them), one egress setup each.
     const attackers: { key: string; profile: string; capsulefile: string }[] = [];
@@ -407,7 +412,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     await sleep(3000); // let every attack get going
     const underRun = await victimRun({ until: deadline });
     const under = underRun.lifecycles;
-    log(`under attack: ${JSON.stringify(quantiles(under))} step p50 ms ${JSON.stringify(stepMedians(underRun.steps))}`);
+    log(`under attack: ${JSON.stringify(quantiles(under))} step p50/p99 ms ${JSON.stringify(stepMedians(underRun.steps))}`);
     await Promise.all(workers);
     const ready = await call('ready', () => api.req('GET', '/v1/health/ready'));
     if (ready?.status !== 200) failures.push(`ready after the soak: ${ready?.status}`);
