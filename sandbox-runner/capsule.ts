@@ -33,8 +33,6 @@ import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { FileWorkers, type JobOwner } from './offloop.js';
 import { wipeAndZeroize } from './wipe.js';
-import { fitJson } from './output-fit.js';
-import { DEFAULT_FRAME_LIMITS } from '../shared/node/framing.js';
 import { attachEgress, caBundle, detachEgress, egressEnv, netnsPath, type EgressState } from './egress.js';
 import { checkCreate, checkExec, validateCapsuleId } from './request-checks.js';
 import { capsulesDir, removeRecord, tmpfsDirOf, writeRecord, type CapsuleRecord } from './state-record.js';
@@ -371,15 +369,11 @@ export class CapsuleManager {
           },
         });
         c.execCount++; // counted once it ran: evidence step 1 reports this number
-        // Each stream gets half the frame header, less room for the other members.
-        const room = Math.floor((DEFAULT_FRAME_LIMITS.maxHeaderBytes - 64 * 1024) / 2);
-        const out = fitJson(r.stdout, room);
-        const err = fitJson(r.stderr, room);
         return {
-          stdout: out.text,
-          stderr: err.text,
-          stdout_truncated: r.stdout_truncated || out.cut,
-          stderr_truncated: r.stderr_truncated || err.cut,
+          stdout: r.stdout,
+          stderr: r.stderr,
+          stdout_truncated: r.stdout_truncated,
+          stderr_truncated: r.stderr_truncated,
           exit_code: r.exit_code,
           duration_ms: r.duration_ms,
           executed_at: executedAt,

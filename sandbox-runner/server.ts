@@ -13,9 +13,12 @@ import {
   describeIssue,
   RUNNER_REQUEST_SCHEMAS,
   RunnerError,
+  type ExecResult,
+  type ExecResultHeader,
   type RunnerHello,
   type RunnerMethods,
 } from '../shared/runner-protocol.js';
+import { fitJson } from './output-fit.js';
 import type { CapsuleManager } from './capsule.js';
 
 export interface ServerDeps {
@@ -32,7 +35,7 @@ function handlers(d: ServerDeps): Handlers {
   return {
     hello: async () => ({ result: d.hello() }),
     create: async (p) => ({ result: await m.create(p) }),
-    exec: async (p) => ({ result: await m.exec(p) }),
+    exec: async (p) => execAnswer(await m.exec(p), p.output_in_body === true),
     upload: async (p, body) => ({ result: await m.upload(p, body) }),
     usage: async (p) => ({ result: m.usage(p) }),
     list_output: async (p) => ({ result: await m.listOutput(p) }),
@@ -42,6 +45,34 @@ function handlers(d: ServerDeps): Handlers {
     },
     destroy: async (p) => ({ result: await m.destroy(p) }),
     list: async () => ({ result: { capsules: m.ids() } }),
+  };
+}
+
+/**
+ * exec's answer: the output-in-body form (raw UTF-8, no escaping), or for a control plane that
+ * predates it the plain form, whose streams are cut to what fits the frame header once
+ * JSON-escaped (output-fit.ts) and flagged, so the result itself is never lost to its size.
+ */
+function execAnswer(r: ExecResult, inBody: boolean): Result {
+  const { stdout, stderr, ...rest } = r;
+  if (inBody) {
+    const out = Buffer.from(stdout, 'utf8');
+    const err = Buffer.from(stderr, 'utf8');
+    const header: ExecResultHeader = { ...rest, stdout_bytes: out.length, stderr_bytes: err.length };
+    return { result: header, body: Buffer.concat([out, err]) };
+  }
+  // Each stream gets half the frame header, less room for the other members.
+  const room = Math.floor((DEFAULT_FRAME_LIMITS.maxHeaderBytes - 64 * 1024) / 2);
+  const o = fitJson(stdout, room);
+  const e = fitJson(stderr, room);
+  return {
+    result: {
+      ...rest,
+      stdout: o.text,
+      stderr: e.text,
+      stdout_truncated: r.stdout_truncated || o.cut,
+      stderr_truncated: r.stderr_truncated || e.cut,
+    } satisfies ExecResult,
   };
 }
 

@@ -137,6 +137,12 @@ export interface ExecRequest {
   env?: Record<string, string>;
   /** Working directory of the command: /data (default) or /capsule/app (a Capsulefile entrypoint, next to its files). */
   cwd?: '/data' | '/capsule/app';
+  /**
+   * Answer in the output-in-body form (ExecResultHeader): stdout and stderr travel as raw UTF-8
+   * in the frame body, not JSON-escaped in its header (where a control character costs six bytes
+   * to write and to parse). Runners that predate it drop the member and answer the plain form.
+   */
+  output_in_body?: boolean;
 }
 
 export interface ExecResult {
@@ -149,6 +155,12 @@ export interface ExecResult {
   executed_at: string;
   timed_out: boolean;
   oom_killed: boolean;
+}
+
+/** exec's answer header in the output-in-body form: the frame body is stdout then stderr. */
+export interface ExecResultHeader extends Omit<ExecResult, 'stdout' | 'stderr'> {
+  stdout_bytes: number;
+  stderr_bytes: number;
 }
 
 export interface FileEntry {
@@ -268,6 +280,7 @@ export const RUNNER_REQUEST_SCHEMAS: { [K in keyof RunnerMethods]: z.ZodType<Run
     timeout_ms: z.number(),
     env: env.transform((v) => v ?? undefined),
     cwd: z.enum(['/data', '/capsule/app']).optional(),
+    output_in_body: z.boolean().optional(),
   }),
   upload: capsuleRef.extend({ filename: z.string() }),
   list_output: capsuleRef,

@@ -14,6 +14,7 @@ import {
   type DestroyResult,
   type ExecRequest,
   type ExecResult,
+  type ExecResultHeader,
   type FileEntry,
   type ListedFile,
   type RunnerErrorCode,
@@ -72,8 +73,14 @@ export class RunnerClient implements RunnerPort {
   create(req: CreateCapsuleRequest): Promise<CreatedCapsule> {
     return this.call('create', req);
   }
-  exec(req: ExecRequest): Promise<ExecResult> {
-    return this.call('exec', req);
+  async exec(req: ExecRequest): Promise<ExecResult> {
+    const { result, body } = await this.raw('exec', { ...req, output_in_body: true }, null);
+    const r = result as ExecResult | ExecResultHeader;
+    if (!('stdout_bytes' in r)) return r; // a runner that predates the output-in-body form
+    const { stdout_bytes: n, stderr_bytes: m, ...rest } = r;
+    if (!Number.isInteger(n) || !Number.isInteger(m) || n < 0 || m < 0 || n + m !== body.length)
+      throw new RunnerError('internal', `exec: output lengths ${n} + ${m} do not match a body of ${body.length} bytes`);
+    return { ...rest, stdout: body.toString('utf8', 0, n), stderr: body.toString('utf8', n, n + m) };
   }
   upload(capsuleId: string, filename: string, bytes: Uint8Array): Promise<FileEntry> {
     return this.call('upload', { capsule_id: capsuleId, filename }, bytes);

@@ -70,3 +70,47 @@ t.test('the runner survives garbage and unknown methods', async (t) => {
   const hello = await r.client.hello();
   t.equal(hello.protocol_version, 1, 'still serving');
 });
+
+t.test('exec answers in the output-in-body form when asked, and in the plain form to older callers', async (t) => {
+  const r = await startRunner();
+  t.teardown(() => r.stop());
+  await r.client.create({ capsule_id: 'forms', memory_mb: 64 });
+  const raw = createConnection(r.socketPath);
+  t.teardown(() => raw.destroy());
+  await new Promise<void>((res) => raw.once('connect', () => res()));
+  const d = new FrameDecoder();
+  const answer = (id: number, params: Record<string, unknown>) =>
+    new Promise<{ header: Record<string, unknown>; body: Buffer }>((resolve) => {
+      const onData = (b: Buffer): void => {
+        for (const e of d.push(b))
+          if (e.kind === 'frame' && e.frame.header['id'] === id) {
+            raw.off('data', onData);
+            resolve(e.frame);
+          }
+      };
+      raw.on('data', onData);
+      raw.write(encodeFrame({ id, method: 'exec', params }, null));
+    });
+  // 300 KiB of \x01 (1.8 MiB once JSON-escaped) and a line of invalid UTF-8 on stderr.
+  const command = "head -c 307200 /dev/zero | tr '\\0' '\\1'; printf 'a\\377b' >&2";
+  const plain = await answer(1, { capsule_id: 'forms', command, timeout_ms: 10_000 });
+  const res = plain.header['result'] as Record<string, unknown>;
+  t.equal(res['stdout'], '\x01'.repeat(307200), 'plain form: streams are JSON strings');
+  t.equal(res['stderr'], 'a\ufffdb');
+  t.notOk('stdout_bytes' in res);
+  t.equal(plain.body.length, 0);
+
+  const inBody = await answer(2, { capsule_id: 'forms', command, timeout_ms: 10_000, output_in_body: true });
+  const h = inBody.header['result'] as Record<string, unknown>;
+  t.notOk('stdout' in h, 'output-in-body form: no streams in the header');
+  t.same([h['stdout_bytes'], h['stderr_bytes']], [307200, 5]);
+  t.equal(inBody.body.subarray(0, 307200).toString('utf8'), '\x01'.repeat(307200));
+  t.same([...inBody.body.subarray(307200)], [0x61, 0xef, 0xbf, 0xbd, 0x62], 'stderr as the runner decoded it');
+  t.ok(h['exit_code'] === 0 && h['stdout_truncated'] === false);
+
+  // The client asks for the body form and gives back the same result as the plain form.
+  const viaClient = await r.client.exec({ capsule_id: 'forms', command, timeout_ms: 10_000 });
+  t.equal(viaClient.stdout, res['stdout']);
+  t.equal(viaClient.stderr, 'a\ufffdb');
+  t.notOk('stdout_bytes' in viaClient);
+});

@@ -412,7 +412,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     await sleep(3000); // let every attack get going
     const underRun = await victimRun({ until: deadline });
     const under = underRun.lifecycles;
-    log(`under attack: ${JSON.stringify(quantiles(under))} step p50/p99 ms ${JSON.stringify(stepMedians(underRun.steps))}`);
+    log(
+      `under attack: ${JSON.stringify(quantiles(under))} step p50/p99 ms ${JSON.stringify(stepMedians(underRun.steps))}`,
+    );
     await Promise.all(workers);
     const ready = await call('ready', () => api.req('GET', '/v1/health/ready'));
     if (ready?.status !== 200) failures.push(`ready after the soak: ${ready?.status}`);
