@@ -7,6 +7,7 @@ import { caller, type AppDeps, type Ctx } from '../context.js';
 import { auth, idempotent, json } from '../middleware.js';
 import { paging } from '../paging.js';
 import { queryParam } from '../query.js';
+import { answerJson } from '../sliced-json.js';
 import { attachment, capsuleCreated, capsuleStatus, contentTypeFor, execView, fileView, storageView } from './views.js';
 
 const CURSOR_RE = /^[0-9TZ:.-]{20,40}\|[a-z]+_[0-9a-f]{1,64}$/;
@@ -64,7 +65,8 @@ export function capsuleRoutes(d: AppDeps): Router {
         ? { ...parsed, command: parsed.command }
         : { ...parsed, command: await s.capsules.entrypointFor(c), cwd: ENTRYPOINT_CWD };
     checkExecSizes(body);
-    ctx.body = execView(id, await s.capsules.exec(caller(ctx), id, body));
+    const r = await s.capsules.exec(caller(ctx), id, body);
+    answerJson(ctx, execView(id, r), r.stdout.length, r.stderr.length);
   });
 
   r.post('/v1/capsules/:id/upload', a, async (ctx: Ctx) => {

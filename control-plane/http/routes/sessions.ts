@@ -5,6 +5,7 @@ import { checkExecSizes, createSessionSchema, parseBody, sessionExecSchema } fro
 import { emitLegacySessionProof } from '../../service/index.js';
 import { caller, type AppDeps, type Ctx } from '../context.js';
 import { auth, json } from '../middleware.js';
+import { answerJson } from '../sliced-json.js';
 
 /** Where a session command reads its input (SPEC: `<tmpfs>/input/data`). */
 const SESSION_INPUT = '/data/input/data';
@@ -56,7 +57,7 @@ export function sessionRoutes(d: AppDeps): Router {
     // The runner refuses an input path without input bytes: name it only when there is input.
     const req = b.input_data === undefined ? b : { ...b, input_filename: SESSION_INPUT };
     const res = await s.capsules.exec(caller(ctx), id, req, 'session');
-    ctx.body = {
+    const view = {
       session_id: id,
       output: res.stdout,
       stderr: res.stderr,
@@ -64,6 +65,7 @@ export function sessionRoutes(d: AppDeps): Router {
       timed_out: res.timed_out,
       duration_ms: res.duration_ms,
     };
+    answerJson(ctx, view, res.stdout.length, res.stderr.length);
   });
 
   r.delete('/v1/sessions/:id', a, async (ctx: Ctx) => {
