@@ -28,7 +28,7 @@ import type { SandboxObservation } from './exec.js';
 import { ExecHost, type PreparedRef } from './exec-host.js';
 import { validateFilename } from './files.js';
 import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
-import { baseEnv, type SandboxSpec } from './sandbox.js';
+import { baseEnv, wrapperUid, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { FileWorkers, type JobOwner } from './offloop.js';
@@ -282,10 +282,15 @@ export class CapsuleManager {
       hasApp: c.hasApp,
       env: { ...c.env, ...env },
       command,
-      netnsPath: c.record.egress ? netnsPath(c.record.egress.netns) : null,
+      netnsPath: this.netns(c),
       caFile: c.record.egress ? join(c.record.tmpfs_dir, EGRESS_CA_FILE) : null,
       procMask: this.d.procMask ?? [],
     };
+  }
+
+  /** The capsule's network namespace when it has sealed egress (its execs enter it). */
+  private netns(c: Capsule): string | null {
+    return c.record.egress ? netnsPath(c.record.egress.netns) : null;
   }
 
   private argFile(c: Capsule): string {
@@ -293,7 +298,8 @@ export class CapsuleManager {
   }
 
   private prepare(c: Capsule): PreparedRef {
-    return this.execs.prepare(procsFiles(c.record.cgroup), this.argFile(c), this.d.seccompPath);
+    const uid = wrapperUid({ hostUid: c.record.host_uid, netnsPath: this.netns(c) });
+    return this.execs.prepare(procsFiles(c.record.cgroup), this.argFile(c), this.d.seccompPath, uid);
   }
 
   private startWriter(c: Capsule): PreparedRef {

@@ -25,7 +25,7 @@ export type RunParams = Omit<ExecParams, 'clock' | 'prepared'> & { prepared: Pre
 
 /** Serving thread -> exec thread. */
 export type ToThread =
-  | { op: 'prepare'; id: number; procs: string[]; argFile: string; seccompPath: string }
+  | { op: 'prepare'; id: number; procs: string[]; argFile: string; seccompPath: string; uid: number | null }
   | { op: 'wprepare'; id: number; writerProcs: string }
   | {
       op: 'write';
@@ -120,9 +120,9 @@ export class ExecHost {
     }
   }
 
-  /** Starts the next exec's wrapper in the exec thread (it joins the capsule's cgroups, then waits). */
-  prepare(procs: string[], argFile: string, seccompPath: string): PreparedRef {
-    return this.hold((id) => ({ op: 'prepare', id, procs, argFile, seccompPath }));
+  /** Starts the next exec's wrapper in the exec thread (as `uid`, see wrapperUid; in the capsule's cgroups, waiting). */
+  prepare(procs: string[], argFile: string, seccompPath: string, uid: number | null): PreparedRef {
+    return this.hold((id) => ({ op: 'prepare', id, procs, argFile, seccompPath, uid }));
   }
 
   /** Starts a capsule's next writer (charged.ts) in the exec thread; it joins the writer leaf, then waits. */

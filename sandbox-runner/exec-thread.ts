@@ -55,7 +55,7 @@ function reply(id: number, work: Promise<ExecOutcome | WriterResult>): Promise<u
 port.on('message', (m: ToThread) => {
   switch (m.op) {
     case 'prepare':
-      hold(m.id, () => prepareExec(m.procs, m.argFile, m.seccompPath));
+      hold(m.id, () => prepareExec(m.procs, m.argFile, m.seccompPath, m.uid));
       return;
     case 'wprepare':
       hold(m.id, () => prepareWriter(m.writerProcs));

@@ -2,13 +2,24 @@
 // SIGKILL after a grace), OOM detection, and a final cgroup sweep so that no
 // process of the exec outlives it.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { chownSync, closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import { constants } from 'node:os';
 import type { Readable, Writable } from 'node:stream';
 import { groupPids, killGroup, oomKills, procsFiles, signalGroup, type CapsuleCgroupPaths } from './cgroup.js';
 import type { Clock } from './clock.js';
 import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
-import { argFileText, BLOCK_FD, GO_FD, INFO_FD, sandboxArgv, wrapperArgv, type SandboxSpec } from './sandbox.js';
+import {
+  argFileText,
+  BLOCK_FD,
+  GO_FD,
+  HOST_PATH,
+  INFO_FD,
+  sandboxArgv,
+  wrapperArgv,
+  wrapperUid,
+  type SandboxSpec,
+} from './sandbox.js';
 import { RunnerError } from '../shared/runner-error.js';
 import type { ExecResult } from '../shared/runner-protocol.js';
 
@@ -31,6 +42,10 @@ export interface SandboxObservation {
 export interface Prepared {
   child: ChildProcess;
   alive: boolean;
+  /** The uid it runs as (null: root, see wrapperUid). */
+  uid: number | null;
+  /** Settles once it is in every cgroup of the capsule ("go" must wait for it); rejects if it could not be moved. */
+  joined: Promise<void>;
 }
 
 export interface ExecParams {
@@ -86,22 +101,42 @@ class Capture {
 
 const { signals } = constants;
 
-const HOST_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
-
-/** Starts the wrapper of the next exec (it joins the cgroups, then waits). */
-export function prepareExec(cgroupProcsFiles: string[], argFile: string, seccompPath: string): Prepared {
-  const { file, args } = wrapperArgv(cgroupProcsFiles, argFile);
+/**
+ * Starts the wrapper of the next exec, waiting for "go". As the capsule's uid (libuv drops the
+ * groups, then the gid and uid, before exec), moved into the cgroups from here; as root (uid null)
+ * it moves itself.
+ */
+export function prepareExec(
+  cgroupProcsFiles: string[],
+  argFile: string,
+  seccompPath: string,
+  uid: number | null,
+): Prepared {
+  const { file, args } = wrapperArgv(uid === null ? cgroupProcsFiles : [], argFile);
   const seccompFd = openSync(seccompPath, 'r');
   let child: ChildProcess;
   try {
     child = spawn(file, args, {
       stdio: ['ignore', 'pipe', 'pipe', seccompFd, 'pipe', 'pipe', 'pipe'],
       env: { PATH: HOST_PATH },
+      ...(uid === null ? {} : { uid, gid: uid }),
     });
   } finally {
     closeSync(seccompFd);
   }
-  const p: Prepared = { child, alive: true };
+  const pid = child.pid;
+  const joined =
+    uid === null
+      ? Promise.resolve()
+      : pid === undefined
+        ? Promise.reject(new Error('exec wrapper did not start'))
+        : Promise.all(cgroupProcsFiles.map((f) => writeFile(f, String(pid)))).then(() => undefined);
+  const p: Prepared = { child, alive: true, uid, joined };
+  joined.catch(() => {
+    // WARNING: a wrapper outside the capsule's cgroups must never be told "go".
+    p.alive = false;
+    child.kill('SIGKILL');
+  });
   child.on('exit', () => {
     p.alive = false;
   });
@@ -117,11 +152,18 @@ export function prepareExec(cgroupProcsFiles: string[], argFile: string, seccomp
 // throw past a caller's .catch (destroy's probe relies on that).
 export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   const observing = p.observe !== undefined;
+  const uid = wrapperUid(p.spec);
+  // A wrapper of another uid (the capsule's egress changed how it must start) is not used.
+  if (p.prepared && p.prepared.alive && p.prepared.uid !== uid) p.prepared.child.kill('SIGKILL');
   const prepared =
-    p.prepared && p.prepared.alive ? p.prepared : prepareExec(procsFiles(p.cgroup), p.argFile, p.seccompPath);
+    p.prepared && p.prepared.alive && p.prepared.uid === uid
+      ? p.prepared
+      : prepareExec(procsFiles(p.cgroup), p.argFile, p.seccompPath, uid);
   const child = prepared.child;
   try {
     writeFileSync(p.argFile, argFileText(sandboxArgv({ ...p.spec, block: observing }), observing), { mode: 0o600 });
+    // Readable by the wrapper alone: root, or the capsule's uid (the file is never bound inside).
+    if (uid !== null) chownSync(p.argFile, uid, uid);
   } catch (e) {
     // WARNING: the wrapper already waits inside the capsule's cgroup; left alive it would hold a pid until destroy.
     child.kill('SIGKILL');
@@ -129,6 +171,11 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
     if ((e as NodeJS.ErrnoException).code === 'ENOSPC')
       throw new RunnerError('no_space', 'command: the capsule tmpfs is full (no room to start the exec)');
     throw e;
+  }
+  try {
+    await prepared.joined;
+  } catch (e) {
+    throw new RunnerError('internal', `exec wrapper could not join the capsule cgroups: ${(e as Error).message}`);
   }
   const oomBefore = oomKills(p.cgroup);
   const start = p.clock.monotonicMs();

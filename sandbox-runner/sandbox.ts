@@ -1,16 +1,31 @@
 // Builds the command line of one sandboxed exec (isolation layers 1-4 and 6):
 //
-//   /bin/sh -c '<join cgroups>; read go; . <argfile>'  (root, host: pre-started, waits inside the capsule cgroups)
-//     exec setpriv --reuid U --regid U --clear-groups ...  (drop to the capsule's unprivileged host uid)
-//       bwrap --unshare-{user,ipc,pid,uts,net,cgroup-try} ... --seccomp 3 --info-fd 4
-//         /bin/sh -c <command>                              (uid 1000 inside, no capabilities)
+//   /bin/sh -c 'read go; . <argfile>'  (the capsule's unprivileged host uid U, pre-started by the
+//                                       runner with uid U and moved into the capsule cgroups by it)
+//     exec bwrap --unshare-{user,ipc,pid,uts,net,cgroup-try} ... --seccomp 3 --info-fd 4
+//       /bin/sh -c <command>           (uid 1000 inside, no capabilities, no_new_privs set by bwrap)
 //
-// Joining a v1 cgroup costs several ms (an RCU grace period under load), so
-// the wrapper for the next exec is started ahead of time and waits on fd 5;
-// the exec writes the argfile (on the capsule tmpfs, root-only, never bound
-// inside) and says "go". fd 3 carries the compiled seccomp program, fd 4
-// receives bwrap's {"child-pid": N} so the runner can observe the capsule.
-import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+// With sealed egress the wrapper must enter the capsule's network namespace
+// first, which takes root: it starts as root, joins the cgroups itself, and
+//   exec nsenter --net=<netns> -- setpriv --reuid U --regid U --clear-groups ... bwrap ...
+// (wrapperUid says which). A cgroup move can cost an RCU grace period, so the
+// wrapper for the next exec is started ahead of time and waits on fd 5; the
+// exec writes the argfile (on the capsule tmpfs, readable by the wrapper
+// alone, never bound inside) and says "go". fd 3 carries the compiled
+// seccomp program, fd 4 receives bwrap's {"child-pid": N} so the runner can
+// observe the capsule.
+import {
+  chmodSync,
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 
 export const INSIDE_UID = 1000;
@@ -251,8 +266,41 @@ export function sandboxArgv(s: SandboxSpec): string[] {
     '--inh-caps=-all',
     '--nnp',
   ];
-  return s.netnsPath ? ['nsenter', `--net=${s.netnsPath}`, '--', ...setpriv, ...bwrap] : [...setpriv, ...bwrap];
+  // WARNING: without setpriv this argv must run as the capsule's uid: wrapperUid() and exec.ts keep the two in step.
+  return wrapperUid(s) === null ? ['nsenter', `--net=${s.netnsPath}`, '--', ...setpriv, ...bwrap] : bwrap;
 }
+
+/**
+ * The uid the exec's wrapper runs as: the capsule's own (the runner starts it so and moves it into
+ * the cgroups; no setpriv, whose NSS lookup of a numeric uid cost about 1 ms per exec), or null for
+ * root when sealed egress needs `nsenter` first.
+ */
+export function wrapperUid(s: Pick<SandboxSpec, 'hostUid' | 'netnsPath'>): number | null {
+  return s.netnsPath || !UID_WRAPPER ? null : s.hostUid;
+}
+
+/** PATH of the processes the runner starts on the host (the wrapper finds bwrap, nsenter, setpriv here). */
+export const HOST_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/**
+ * Whether a wrapper may start as the capsule's uid without setpriv, read once: the runner holds no
+ * inheritable capabilities (setpriv cleared them; a uid change does not), and bwrap is not setuid
+ * (setpriv's no_new_privs kept a setuid bwrap from elevating; bwrap sets it only once it runs).
+ * Otherwise every exec takes the root wrapper and setpriv, as with sealed egress.
+ */
+const UID_WRAPPER = ((): boolean => {
+  try {
+    const inh = /^CapInh:\s*([0-9a-f]+)$/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1];
+    if (inh === undefined || BigInt(`0x${inh}`) !== 0n) return false;
+    for (const dir of HOST_PATH.split(':')) {
+      const f = join(dir, 'bwrap');
+      if (existsSync(f)) return (statSync(f).mode & 0o6000) === 0;
+    }
+    return false;
+  } catch {
+    return false;
+  }
+})();
 
 /** Single-quotes one word for sh. */
 function shq(w: string): string {

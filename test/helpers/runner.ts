@@ -4,7 +4,7 @@
 // RunnerClient connected to it. Must run as root.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash, randomInt } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -151,13 +151,26 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
   };
 }
 
-/** Live (non-zombie) host processes owned by uid, now. */
+/**
+ * The runner's wrapper waiting for a capsule's next exec: it runs as the capsule's uid but in the
+ * host's pid namespace (no sandboxed process can be there) with argv `/bin/sh -c <script> capsule-exec`.
+ */
+function isWaitingWrapper(pid: string): boolean {
+  try {
+    const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    return argv[3] === 'capsule-exec' && readlinkSync(`/proc/${pid}/ns/pid`) === readlinkSync('/proc/self/ns/pid');
+  } catch {
+    return false;
+  }
+}
+
+/** Live (non-zombie) host processes owned by uid, now, less the runner's waiting exec wrapper. */
 export function liveProcsNow(uid: number): number[] {
   const out: number[] = [];
   for (const p of readdirSync('/proc')) {
     if (!/^\d+$/.test(p)) continue;
     try {
-      if (statSync(`/proc/${p}`).uid !== uid) continue;
+      if (statSync(`/proc/${p}`).uid !== uid || isWaitingWrapper(p)) continue;
       const st = readFileSync(`/proc/${p}/stat`, 'utf8');
       if (st[st.lastIndexOf(')') + 2] !== 'Z') out.push(Number(p));
     } catch {
