@@ -155,7 +155,7 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
  * The runner's wrapper waiting for a capsule's next exec: it runs as the capsule's uid but in the
  * host's pid namespace (no sandboxed process can be there) with argv `/bin/sh -c <script> capsule-exec`.
  */
-function isWaitingWrapper(pid: string): boolean {
+export function isWaitingWrapper(pid: string | number): boolean {
   try {
     const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
     return argv[3] === 'capsule-exec' && readlinkSync(`/proc/${pid}/ns/pid`) === readlinkSync('/proc/self/ns/pid');

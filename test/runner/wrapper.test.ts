@@ -2,22 +2,16 @@
 // host uid, with no groups and no capabilities, inside the capsule's
 // cgroups, and only the runner can tell it to go (sandbox.ts, exec.ts).
 import t from 'tap';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
-import { startRunner } from '../helpers/runner.js';
+import { readdirSync, readFileSync } from 'node:fs';
+import { isWaitingWrapper, startRunner } from '../helpers/runner.js';
 
-/** The waiting wrapper of a capsule uid: argv `/bin/sh -c <script> capsule-exec ...` in the host pid namespace. */
+/** The runner's waiting wrappers running as a capsule's uid. */
 function waitingWrappers(uid: number): number[] {
-  const hostPidNs = readlinkSync('/proc/self/ns/pid');
   return readdirSync('/proc')
-    .filter((p) => /^\d+$/.test(p))
+    .filter((p) => /^\d+$/.test(p) && isWaitingWrapper(p))
     .filter((p) => {
       try {
-        const status = readFileSync(`/proc/${p}/status`, 'utf8');
-        return (
-          new RegExp(`^Uid:\\s+${uid}\\s`, 'm').test(status) &&
-          readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0')[3] === 'capsule-exec' &&
-          readlinkSync(`/proc/${p}/ns/pid`) === hostPidNs
-        );
+        return new RegExp(`^Uid:\\s+${uid}\\s`, 'm').test(readFileSync(`/proc/${p}/status`, 'utf8'));
       } catch {
         return false;
       }

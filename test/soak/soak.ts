@@ -314,7 +314,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     // The victim: an ordinary Team account.
     const victim = await api.signup();
     admin(victim.email, 'team');
-    const stepMedians = (steps: Record<string, number[]>): Record<string, string> =>
+    const stepQuantiles = (steps: Record<string, number[]>): Record<string, string> =>
       Object.fromEntries(
         Object.entries(steps).map(([k, v]) => {
           const q = quantiles(v);
@@ -330,7 +330,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     };
     const idleRun = await victimRun({ count: o.idleLifecycles });
     const idle = idleRun.lifecycles;
-    log(`idle: ${JSON.stringify(quantiles(idle))} step p50/p99 ms ${JSON.stringify(stepMedians(idleRun.steps))}`);
+    log(`idle: ${JSON.stringify(quantiles(idle))} step p50/p99 ms ${JSON.stringify(stepQuantiles(idleRun.steps))}`);
 
     // Attackers: Enterprise accounts (so tier quotas are not what stops them), one egress setup each.
     const attackers: { key: string; profile: string; capsulefile: string }[] = [];
@@ -413,7 +413,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
     const underRun = await victimRun({ until: deadline });
     const under = underRun.lifecycles;
     log(
-      `under attack: ${JSON.stringify(quantiles(under))} step p50/p99 ms ${JSON.stringify(stepMedians(underRun.steps))}`,
+      `under attack: ${JSON.stringify(quantiles(under))} step p50/p99 ms ${JSON.stringify(stepQuantiles(underRun.steps))}`,
     );
     await Promise.all(workers);
     const ready = await call('ready', () => api.req('GET', '/v1/health/ready'));
