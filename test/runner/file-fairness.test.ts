@@ -50,7 +50,13 @@ t.test('small jobs never queue behind bulk; tenants take turns', async (t) => {
   t.equal(listed!.length, 1, 'the bulk jobs ran for real');
   t.equal(order.indexOf('b'), 0, `the small read finished first (order ${order.join(' ')})`);
   t.ok(smallMs < bulkMs / 4, `small read ${smallMs.toFixed(0)} ms against ${bulkMs.toFixed(0)} ms of bulk`);
-  // Two threads: a0 and a1 start at once; c (tenant c, nothing running) goes next, before a2..a5.
-  t.ok(order.indexOf('c') <= 3, `tenant c's job went before tenant a's later ones (order ${order.join(' ')})`);
+  // Two threads: a0 and a1 start at once; c (tenant c, nothing running) starts next, before a2..a5.
+  // Only completions are seen, and c runs beside a2, so either may end first (seen in a loaded
+  // suite: b a1 a0 a2 c ...); first come, first served would have started c after a5, among the last two.
+  const cAt = order.indexOf('c');
+  t.ok(
+    cAt >= 0 && cAt < order.length - 2,
+    `tenant c's job went before tenant a's later ones (order ${order.join(' ')})`,
+  );
   t.ok(SMALL_JOB_BYTES >= 4096 && SMALL_JOB_BYTES < 48 * MiB);
 });
