@@ -1,11 +1,10 @@
-// Worker thread of the JSON-lines batch verifier: parses and verifies a chunk of lines.
+// Worker thread of the JSON-lines batch verifier: parses and verifies the chunks of lines it is sent, in order.
 import { parentPort, workerData } from 'node:worker_threads';
 import { createNodeCrypto } from '../shared/node/crypto-node.js';
 import type { TrustManifest } from '../shared/proof/index.js';
 import { verifyLine, type LineOutcome } from './verify-input.js';
 
 interface Chunk {
-  id: number;
   lines: string[];
   labels: string[];
 }
@@ -19,5 +18,5 @@ const settings = {
 
 parentPort!.on('message', (chunk: Chunk) => {
   const outcomes: LineOutcome[] = chunk.lines.map((line, i) => verifyLine(line, chunk.labels[i]!, settings));
-  parentPort!.postMessage({ id: chunk.id, outcomes });
+  parentPort!.postMessage(outcomes);
 });
