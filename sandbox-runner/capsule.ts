@@ -33,7 +33,7 @@ import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { FileWorkers, type JobOwner } from './offloop.js';
 import { wipeAndZeroize } from './wipe.js';
-import { attachEgress, caBundle, detachEgress, egressEnv, netnsPath, type EgressState } from './egress.js';
+import { caBundle, egressEnv, netnsPath, type EgressState } from './egress.js';
 import { checkCreate, checkExec, validateCapsuleId } from './request-checks.js';
 import { capsulesDir, removeRecord, tmpfsDirOf, writeRecord, type CapsuleRecord } from './state-record.js';
 
@@ -211,15 +211,15 @@ export class CapsuleManager {
           };
           // Record the namespace name before creating it, and the relay pid once it runs (recovery).
           writeRecord(record);
-          egressState = await attachEgress(record.egress.netns, egress.proxySocket);
+          egressState = await this.execs.attachEgress(record.egress.netns, egress.proxySocket);
           record.egress = { ...egressState, proxy_socket: egress.proxySocket };
           writeRecord(record);
         }
       } catch (e) {
         this.creating.delete(id);
         this.creatingMb.delete(id);
-        if (egressState) await detachEgress(egressState);
-        else if (record.egress) await detachEgress(record.egress);
+        if (egressState) await this.execs.detachEgress(egressState);
+        else if (record.egress) await this.execs.detachEgress(record.egress);
         if (mounted) {
           wipeAndZeroize(tmpfsDir, this.d.random.bytes(32));
           await this.d.mounter.unmount(tmpfsDir);
@@ -531,7 +531,7 @@ export class CapsuleManager {
   private async teardown(c: Capsule, commandWasRunning: boolean): Promise<DestroyResult> {
     const r = c.record;
     const cgEmpty = await killGroup(r.cgroup);
-    const egress = r.egress ? await detachEgress(r.egress) : null;
+    const egress = r.egress ? await this.execs.detachEgress(r.egress) : null;
     const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
     let wipe: Awaited<ReturnType<FileWorkers['wipe']>>;
     try {

@@ -141,8 +141,13 @@ export async function attachEgress(name: string, proxySocket: string): Promise<E
   }
 }
 
+export interface EgressDetached {
+  relay_stopped: boolean;
+  netns_removed: boolean;
+}
+
 /** Kills the relay (its whole process group) and deletes the namespace; returns whether both are gone. */
-export async function detachEgress(s: EgressState): Promise<{ relay_stopped: boolean; netns_removed: boolean }> {
+export async function detachEgress(s: EgressState): Promise<EgressDetached> {
   // WARNING: a relay that already died leaves its pid (and so its process group
   // id) free for reuse by any host process. Signal the group only while its
   // leader still lives in the capsule's namespace; the sweep below covers the rest.

@@ -6,11 +6,14 @@
 // starts every sandbox wrapper and owns its pipes, timeout and output
 // capture; the serving thread posts a request and awaits the outcome, so a
 // busy node delays the execs themselves, not every other tenant's frames.
+// Sealed egress's attach and detach (`ip`, the relay, the namespace sweep
+// over /proc) run there too, for the same reason.
 import { Worker } from 'node:worker_threads';
 import { within } from '../shared/time.js';
 import { RunnerError, type RunnerErrorCode } from '../shared/runner-error.js';
 import type { ExecOutcome, ExecParams, SandboxObservation } from './exec.js';
 import type { WriterResult } from './charged.js';
+import { detachEgress, type EgressDetached, type EgressState } from './egress.js';
 
 const THREAD_URL = new URL('./exec-thread.js', import.meta.url);
 
@@ -44,18 +47,23 @@ export type ToThread =
       params: Omit<RunParams, 'prepared' | 'observe' | 'onStart'>;
       observe: boolean;
     }
-  | { op: 'abort'; id: number };
+  | { op: 'abort'; id: number }
+  | { op: 'attach'; id: number; netns: string; proxySocket: string }
+  | { op: 'detach'; id: number; state: EgressState };
+
+/** What the thread answers to a run, write, attach or detach. */
+export type ThreadValue = ExecOutcome | WriterResult | EgressState | EgressDetached;
 
 /** Exec thread -> serving thread. */
 export type FromThread =
   | { op: 'exited'; id: number }
   | { op: 'dropped'; id: number }
   | { op: 'observe'; id: number; o: SandboxObservation }
-  | { op: 'done'; id: number; value: ExecOutcome | WriterResult }
+  | { op: 'done'; id: number; value: ThreadValue }
   | { op: 'failed'; id: number; code: RunnerErrorCode | null; message: string };
 
 interface Run {
-  /** An exec's ExecOutcome or a write's WriterResult, as the request that made it expects. */
+  /** The ThreadValue the request that made it expects. */
   resolve: (v: never) => void;
   reject: (e: Error) => void;
   observe?: (o: SandboxObservation) => void;
@@ -197,6 +205,25 @@ export class ExecHost {
         params,
         observe: observe !== undefined,
       } satisfies ToThread);
+    });
+  }
+
+  /** Creates a capsule's egress namespace and relay (egress.ts) in the exec thread. */
+  attachEgress(netns: string, proxySocket: string): Promise<EgressState> {
+    return this.request<EgressState>((id) => ({ op: 'attach', id, netns, proxySocket }));
+  }
+
+  /** Removes a capsule's relay and namespace in the exec thread; here if the thread cannot (cleanup must happen). */
+  detachEgress(state: EgressState): Promise<EgressDetached> {
+    return this.request<EgressDetached>((id) => ({ op: 'detach', id, state })).catch(() => detachEgress(state));
+  }
+
+  private request<T>(message: (id: number) => ToThread): Promise<T> {
+    const id = this.nextId++;
+    const w = this.thread();
+    return new Promise<T>((resolve, reject) => {
+      this.runs.set(id, { resolve, reject });
+      w.postMessage(message(id));
     });
   }
 

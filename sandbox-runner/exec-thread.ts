@@ -2,9 +2,10 @@
 import { parentPort } from 'node:worker_threads';
 import { RunnerError } from '../shared/runner-error.js';
 import { systemClock } from './clock.js';
-import { prepareExec, runExec, type ExecOutcome, type Prepared } from './exec.js';
-import { prepareWriter, runWriter, type PreparedWriter, type WriterResult } from './charged.js';
-import type { FromThread, ToThread } from './exec-host.js';
+import { prepareExec, runExec, type Prepared } from './exec.js';
+import { prepareWriter, runWriter, type PreparedWriter } from './charged.js';
+import { attachEgress, detachEgress } from './egress.js';
+import type { FromThread, ThreadValue, ToThread } from './exec-host.js';
 
 const port = parentPort!;
 const post = (m: FromThread): void => port.postMessage(m);
@@ -38,8 +39,8 @@ function take<T extends Prepared | PreparedWriter>(id: number | null): T | null 
   return h as T | null;
 }
 
-/** Posts a run's or write's outcome, or its failure (a RunnerError keeps its code). */
-function reply(id: number, work: Promise<ExecOutcome | WriterResult>): Promise<unknown> {
+/** Posts a request's outcome, or its failure (a RunnerError keeps its code). */
+function reply(id: number, work: Promise<ThreadValue>): Promise<unknown> {
   return work.then(
     (value) => post({ op: 'done', id, value }),
     (e: unknown) =>
@@ -77,6 +78,12 @@ port.on('message', (m: ToThread) => {
           for (const c of m.chunks) c.fill(0);
         },
       );
+      return;
+    case 'attach':
+      reply(m.id, attachEgress(m.netns, m.proxySocket));
+      return;
+    case 'detach':
+      reply(m.id, detachEgress(m.state));
       return;
     case 'abort':
       if (aborts.has(m.id)) aborts.get(m.id)!();

@@ -7,6 +7,7 @@ import type { MikroORM as CoreORM } from '@mikro-orm/core';
 import type { SqlEntityManager } from '@mikro-orm/sql';
 import { ENTITIES } from './entities.js';
 import { MIGRATIONS } from './migrations.js';
+import { cacheStatements } from './statement-cache.js';
 
 export type DbConfig =
   { driver: 'sqlite'; file: string; synchronous?: 'full' | 'normal' } | { driver: 'postgresql'; url: string };
@@ -46,5 +47,9 @@ export async function openOrm(db: DbConfig): Promise<Orm> {
     orm = (await MikroORM.init({ ...common, clientUrl: db.url, pool: { min: 0, max: 10 } })) as unknown as Orm;
   }
   await orm.migrator.up();
+  if (db.driver === 'sqlite') {
+    const native = (await orm.em.getConnection().getNativeClient()) as Parameters<typeof cacheStatements>[0];
+    cacheStatements(native);
+  }
   return orm;
 }

@@ -1,14 +1,37 @@
 // Small helpers the three SQL stores share: raw statements inside the
 // caller's transaction, the live-capsule count behind every "in use" check,
 // and keyset paging over (created_at, id).
-import type { SqlEntityManager } from '@mikro-orm/sql';
+import { BaseSqliteConnection, type SqlEntityManager } from '@mikro-orm/sql';
+import { CompiledQuery, type Kysely, type QueryResult } from 'kysely';
 import { LIVE_STATUSES } from '../domain/index.js';
 
 /** Drivers return integers as number, bigint or string: one conversion. */
 export const num = (v: unknown): number => Number(v);
 
+/**
+ * On SQLite, a statement with `?` placeholders and its values bound, through
+ * the same Kysely executor (and so the same transaction and connection mutex)
+ * MikroORM uses. MikroORM's own execute() inlines the values into the text,
+ * which makes every text unique and unpreparable ahead (statement-cache.ts).
+ * undefined on PostgreSQL, whose driver wants `$n` placeholders.
+ */
+async function sqliteBound(
+  em: SqlEntityManager,
+  sql: string,
+  params: unknown[],
+): Promise<QueryResult<unknown> | undefined> {
+  const conn = em.getConnection();
+  if (!(conn instanceof BaseSqliteConnection)) return undefined;
+  // SQLite binds numbers, strings, bigints, buffers and null: booleans as 0/1, as MikroORM writes them.
+  const values = params.map((v) => (typeof v === 'boolean' ? (v ? 1 : 0) : v === undefined ? null : v));
+  const executor = (em.getTransactionContext<Kysely<unknown>>() ?? conn.getClient()) as Kysely<unknown>;
+  return executor.executeQuery(CompiledQuery.raw(sql, values));
+}
+
 /** Runs a statement in `em`'s transaction (if any); the number of rows it changed. */
 export async function run(em: SqlEntityManager, sql: string, params: unknown[]): Promise<number> {
+  const bound = await sqliteBound(em, sql, params);
+  if (bound) return num(bound.numAffectedRows ?? 0);
   const res = (await em.getConnection().execute(sql, params, 'run', em.getTransactionContext())) as {
     affectedRows?: number;
     rowCount?: number;
@@ -18,6 +41,8 @@ export async function run(em: SqlEntityManager, sql: string, params: unknown[]):
 
 /** Runs a query in `em`'s transaction (if any). */
 export async function all<T>(em: SqlEntityManager, sql: string, params: unknown[]): Promise<T[]> {
+  const bound = await sqliteBound(em, sql, params);
+  if (bound) return bound.rows as T[];
   return (await em.getConnection().execute(sql, params, 'all', em.getTransactionContext())) as T[];
 }
 
