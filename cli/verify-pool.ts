@@ -56,37 +56,46 @@ export async function verifyLines(lines: string[], labels: string[], opts: Batch
 
   const url = new URL('./verify-worker.js', import.meta.url);
   let failure: unknown;
-  const workersDone = Array.from(
-    { length: threads - 1 },
-    () =>
-      new Promise<void>((resolve, reject) => {
-        const w = new Worker(url, { workerData: { manifest: opts.manifest, cacheKeys: Boolean(opts.cacheKeys) } });
-        const sent: Chunk[] = [];
-        const send = (): void => {
-          const c = take();
-          if (c === undefined) return;
-          sent.push(c);
-          w.postMessage({ lines: lines.slice(c.start, c.end), labels: labels.slice(c.start, c.end) });
-        };
-        w.on('message', (got: LineOutcome[]) => {
-          const c = sent.shift()!;
-          for (let i = 0; i < got.length; i++) outcomes[c.start + i] = got[i]!;
-          send();
+  const workersDone = Promise.all(
+    Array.from(
+      { length: threads - 1 },
+      () =>
+        new Promise<void>((resolve, reject) => {
+          const w = new Worker(url, { workerData: { manifest: opts.manifest, cacheKeys: Boolean(opts.cacheKeys) } });
+          const sent: Chunk[] = [];
+          const send = (): void => {
+            const c = take();
+            if (c === undefined) return;
+            sent.push(c);
+            w.postMessage({ lines: lines.slice(c.start, c.end), labels: labels.slice(c.start, c.end) });
+          };
+          w.on('message', (got: LineOutcome[]) => {
+            const c = sent.shift()!;
+            for (let i = 0; i < got.length; i++) outcomes[c.start + i] = got[i]!;
+            send();
+            if (sent.length === 0) void w.terminate().then(() => resolve());
+          });
+          const fail = (err: unknown): void => {
+            failure = err;
+            reject(err);
+          };
+          w.on('error', fail);
+          // Terminated only once it holds no chunk: an exit with chunks in hand lost them.
+          w.on('exit', (code) => {
+            if (sent.length > 0) fail(new Error(`verify worker exited with ${code} before finishing its lines`));
+          });
+          for (let k = 0; k < IN_FLIGHT; k++) send();
           if (sent.length === 0) void w.terminate().then(() => resolve());
-        });
-        w.on('error', (err) => {
-          failure = err;
-          reject(err);
-        });
-        for (let k = 0; k < IN_FLIGHT; k++) send();
-        if (sent.length === 0) void w.terminate().then(() => resolve());
-      }),
+        }),
+    ),
   );
+  // A worker's failure is thrown below; handled here so it is not an unhandled rejection meanwhile.
+  workersDone.catch(() => undefined);
   // This thread takes chunks too, and yields between them so that workers' results are taken in and refilled.
   for (let c = take(); c !== undefined && failure === undefined; c = take()) {
     verifyRange(c, outcomes);
     await yieldToLoop();
   }
-  await Promise.all(workersDone);
+  await workersDone;
   return outcomes;
 }
