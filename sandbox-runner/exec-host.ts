@@ -164,20 +164,15 @@ export class ExecHost {
     chunks: Uint8Array[],
     hash: boolean[],
   ): Promise<WriterResult> {
-    const id = this.nextId++;
-    const w = this.thread();
     // A buffer the chunk spans exactly is its own (framing.ts gives large bodies one): moved, not copied.
     const sent = chunks.map((c) =>
       c.byteLength >= 64 * 1024 && c.byteOffset === 0 && c.byteLength === c.buffer.byteLength ? c : new Uint8Array(c),
     );
     const transfer = [...new Set(sent.map((c) => c.buffer as ArrayBuffer))];
-    return new Promise<WriterResult>((resolve, reject) => {
-      this.runs.set(id, { resolve, reject });
-      w.postMessage(
-        { op: 'write', id, writerProcs, prepared: this.use(prepared), header, chunks: sent, hash } satisfies ToThread,
-        transfer,
-      );
-    });
+    return this.request<WriterResult>(
+      (id) => ({ op: 'write', id, writerProcs, prepared: this.use(prepared), header, chunks: sent, hash }),
+      { transfer },
+    );
   }
 
   /** Kills a waiting wrapper or writer and waits (at most 2 s) until it is gone, so it cannot join a cgroup after a sweep. */
@@ -192,20 +187,14 @@ export class ExecHost {
 
   /** One exec, run by the exec thread (with the prepared wrapper when it is still alive). */
   run(p: RunParams): Promise<ExecOutcome> {
-    const id = this.nextId++;
     const { prepared, observe, onStart, ...params } = p;
-    const w = this.thread();
-    return new Promise<ExecOutcome>((resolve, reject) => {
-      this.runs.set(id, { resolve, reject, ...(observe ? { observe } : {}) });
-      onStart?.(() => this.worker?.postMessage({ op: 'abort', id } satisfies ToThread));
-      w.postMessage({
-        op: 'run',
-        id,
-        prepared: this.use(prepared),
-        params,
-        observe: observe !== undefined,
-      } satisfies ToThread);
-    });
+    return this.request<ExecOutcome>(
+      (id) => {
+        onStart?.(() => this.worker?.postMessage({ op: 'abort', id } satisfies ToThread));
+        return { op: 'run', id, prepared: this.use(prepared), params, observe: observe !== undefined };
+      },
+      { ...(observe ? { observe } : {}) },
+    );
   }
 
   /** Creates a capsule's egress namespace and relay (egress.ts) in the exec thread. */
@@ -218,12 +207,16 @@ export class ExecHost {
     return this.request<EgressDetached>((id) => ({ op: 'detach', id, state })).catch(() => detachEgress(state));
   }
 
-  private request<T>(message: (id: number) => ToThread): Promise<T> {
+  /** Posts one request to the thread; its `done` or `failed` answer settles the promise. */
+  private request<T>(
+    message: (id: number) => ToThread,
+    extra: { observe?: (o: SandboxObservation) => void; transfer?: ArrayBuffer[] } = {},
+  ): Promise<T> {
     const id = this.nextId++;
     const w = this.thread();
     return new Promise<T>((resolve, reject) => {
-      this.runs.set(id, { resolve, reject });
-      w.postMessage(message(id));
+      this.runs.set(id, { resolve, reject, ...(extra.observe ? { observe: extra.observe } : {}) });
+      w.postMessage(message(id), extra.transfer);
     });
   }
 
