@@ -166,7 +166,7 @@ export class DestructionService {
         capsule_context: capsuleContext(c),
       };
       const proofId = newId('prf_', this.d.random);
-      const record = this.trySign((key) => emitRecord(input, key));
+      const record = this.trySign((key) => emitRecord(input, key, this.d.proofCrypto));
       const response = record ? withProof(base, record) : null;
       await this.d.store.recordDestruction({
         capsule: c,
@@ -243,7 +243,7 @@ export class DestructionService {
       internal: { customer_id: c.customer_id, region: this.d.region, billable: c.billable },
     };
     const proofId = newId('prf_', this.d.random);
-    const record = this.trySign((key) => emitPartialRecord(input, key));
+    const record = this.trySign((key) => emitPartialRecord(input, key, this.d.proofCrypto));
     await this.d.store.recordDestruction({
       capsule: c,
       from: LIVE_STATUSES,
@@ -319,8 +319,8 @@ export class DestructionService {
     for (const p of due) {
       const record = this.trySign((key) =>
         p.partial
-          ? emitPartialRecord(p.input as unknown as PartialRecordInput, key)
-          : emitRecord(p.input as unknown as RecordInput, key),
+          ? emitPartialRecord(p.input as unknown as PartialRecordInput, key, this.d.proofCrypto)
+          : emitRecord(p.input as unknown as RecordInput, key, this.d.proofCrypto),
       );
       if (record === null) break;
       const now = this.d.clock.nowIso();
@@ -361,7 +361,7 @@ export class DestructionService {
   private sign(emit: (key: SigningKeyMaterial) => AuditRecord): AuditRecord | null {
     const signer = this.d.signer;
     if (!signer) {
-      const key = generateEphemeralKey(this.d.random);
+      const key = generateEphemeralKey(this.d.random, this.d.proofCrypto);
       try {
         return emit({ mode: 'ephemeral', key });
       } finally {

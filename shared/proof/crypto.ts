@@ -24,6 +24,10 @@ export interface CryptoProvider {
   sha512Hex?(data: Uint8Array): string;
   /** Optional fast path: SHA-512 of bytes, or of the UTF-8 of a string, as a binary string (one char per byte). */
   sha512Binary?(data: Uint8Array | string): string;
+  /** Optional: Ed25519 signature with a 32-byte RFC 8032 seed (the emitter; deterministic, so the same bytes as noble). */
+  ed25519Sign?(message: Uint8Array, seed: Uint8Array): Uint8Array;
+  /** Optional: the Ed25519 public key of a 32-byte seed. */
+  ed25519PublicKey?(seed: Uint8Array): Uint8Array;
 }
 
 /** The provider with both primitives filled in, as the proof code uses it. */
@@ -33,6 +37,8 @@ export interface Hasher {
   sha512Utf8Hex(text: string): string;
   sha512Binary(data: Uint8Array | string): string;
   ed25519Verify(signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array): boolean;
+  ed25519Sign(message: Uint8Array, seed: Uint8Array): Uint8Array;
+  ed25519PublicKey(seed: Uint8Array): Uint8Array;
 }
 
 export const nobleCrypto: CryptoProvider = {
@@ -56,12 +62,16 @@ export function hasher(provider: CryptoProvider = nobleCrypto): Hasher {
     const fastText = provider.sha512Utf8Hex?.bind(provider);
     const fastHex = provider.sha512Hex?.bind(provider);
     const fastBinary = provider.sha512Binary?.bind(provider);
+    const sign = provider.ed25519Sign?.bind(provider) ?? ed25519Sign;
+    const publicKey = provider.ed25519PublicKey?.bind(provider) ?? ed25519PublicKey;
     h = {
       sha512: (d) => provider.sha512(d),
       sha512Hex: fastHex ?? ((d) => toHex(provider.sha512(d))),
       sha512Utf8Hex: fastText ?? ((t) => toHex(provider.sha512(utf8(t)))),
       sha512Binary: fastBinary ?? ((d) => toBinary(provider.sha512(typeof d === 'string' ? utf8(d) : d))),
       ed25519Verify: (s, m, k) => provider.ed25519Verify(s, m, k),
+      ed25519Sign: sign,
+      ed25519PublicKey: publicKey,
     };
     cache.set(provider, h);
   }

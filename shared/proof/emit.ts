@@ -10,7 +10,7 @@ import type {
   RegulatoryContext,
   Termination,
 } from './types.js';
-import { ed25519PublicKey, ed25519Sign, hasher, type Hasher } from './crypto.js';
+import { hasher, type CryptoProvider, type Hasher } from './crypto.js';
 import { chainHashes, STEP_COUNT, STEPS } from './chain.js';
 import { canonicalHashOfJcs, canonicalViewJcs } from './canonical.js';
 import { canonicalize } from './jcs.js';
@@ -94,13 +94,13 @@ function seal(h: Hasher, doc: Record<string, unknown>, key: SigningKeyMaterial, 
     if (privateKey.length !== 32 || privateKey.every((b) => b === 0)) {
       throw new RangeError('signing key: private key missing or already zeroized');
     }
-    if (!bytesEqual(ed25519PublicKey(privateKey), publicKey)) {
+    if (!bytesEqual(h.ed25519PublicKey(privateKey), publicKey)) {
       throw new RangeError('signing key: public key does not belong to the private key');
     }
     doc['attestation'] = { algorithm: 'Ed25519', public_key: 'base64:' + toBase64(publicKey), key_id: keyId };
     const canonical = canonicalHashOfJcs(h, canonicalViewJcs(doc));
     const message = new TextEncoder().encode(canonical.slice('sha512:'.length));
-    const signature = ed25519Sign(message, privateKey);
+    const signature = h.ed25519Sign(message, privateKey);
     (doc['attestation'] as Record<string, string>)['signature'] = 'base64:' + toBase64(signature);
     return canonical;
   } finally {
@@ -127,16 +127,20 @@ function zeroizingOnExit<T>(key: SigningKeyMaterial, f: () => T): T {
  * The signed AuditRecord. Input must be JSON data (a JcsError otherwise); it is
  * copied first, so later changes to the caller's objects cannot alter a signed record.
  */
-export function emitRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
-  return zeroizingOnExit(key, () => buildRecord(structuredClone(input), key));
+export function emitRecord(input: RecordInput, key: SigningKeyMaterial, crypto?: CryptoProvider): AuditRecord {
+  return zeroizingOnExit(key, () => buildRecord(structuredClone(input), key, hasher(crypto)));
 }
 
-export function emitPartialRecord(input: PartialRecordInput, key: SigningKeyMaterial): AuditRecord {
-  return zeroizingOnExit(key, () => buildPartialRecord(structuredClone(input), key));
+/** `crypto`: hashes and signature (default @noble); any provider gives the same bytes (Ed25519 is deterministic). */
+export function emitPartialRecord(
+  input: PartialRecordInput,
+  key: SigningKeyMaterial,
+  crypto?: CryptoProvider,
+): AuditRecord {
+  return zeroizingOnExit(key, () => buildPartialRecord(structuredClone(input), key, hasher(crypto)));
 }
 
-function buildRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
-  const h = hasher();
+function buildRecord(input: RecordInput, key: SigningKeyMaterial, h: Hasher): AuditRecord {
   if (!Array.isArray(input.evidence) || input.evidence.length !== STEP_COUNT) {
     throw new RangeError(`emitRecord: evidence must hold ${STEP_COUNT} objects (index = step - 1)`);
   }
@@ -174,8 +178,7 @@ function buildRecord(input: RecordInput, key: SigningKeyMaterial): AuditRecord {
   return finishRecord(h, doc, key, keyId, input, input.evidence);
 }
 
-function buildPartialRecord(input: PartialRecordInput, key: SigningKeyMaterial): AuditRecord {
-  const h = hasher();
+function buildPartialRecord(input: PartialRecordInput, key: SigningKeyMaterial, h: Hasher): AuditRecord {
   const keyId = key.mode === 'managed' ? key.key_id : partialKeyId(input.capsule_id);
   const doc: Record<string, unknown> = {
     cdp_version: EMITTED_CDP_VERSION,

@@ -1,6 +1,6 @@
 // Signing keys: ephemeral Ed25519 keypairs (fresh per proof, randomness
 // injected) and the key_id naming rule of docs/PROOF_FORMAT.md "Managed signing authority".
-import { ed25519PublicKey } from './crypto.js';
+import { hasher, type CryptoProvider } from './crypto.js';
 
 export interface EphemeralKey {
   publicKey: Uint8Array;
@@ -20,14 +20,14 @@ export type SigningKeyMaterial =
     };
 
 /** A fresh keypair from 32 bytes of the injected randomness (an RFC 8032 seed). */
-export function generateEphemeralKey(random: (n: number) => Uint8Array): EphemeralKey {
+export function generateEphemeralKey(random: (n: number) => Uint8Array, crypto?: CryptoProvider): EphemeralKey {
   const seed = random(32);
   if (!(seed instanceof Uint8Array) || seed.length !== 32) {
     throw new RangeError('generateEphemeralKey: the randomness source must return 32 bytes');
   }
   const privateKey = Uint8Array.from(seed);
   seed.fill(0);
-  return { publicKey: ed25519PublicKey(privateKey), privateKey };
+  return { publicKey: hasher(crypto).ed25519PublicKey(privateKey), privateKey };
 }
 
 const SERVICE_TIMESTAMP = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})Z$/;

@@ -232,3 +232,41 @@ t.test('the record does not change when the caller later changes its input', asy
   t.equal(verifyProof(JSON.parse(JSON.stringify(rec))).valid, true);
   t.equal(rec.activity[0]!['region'], 'local');
 });
+
+t.test('the node:crypto provider emits byte-identical records to @noble (Ed25519 is deterministic)', async (t) => {
+  for (let i = 0; i < 20; i++) {
+    const seed = rnd(32);
+    const nobleKey = generateEphemeralKey(() => Uint8Array.from(seed));
+    const nodeKey = generateEphemeralKey(() => Uint8Array.from(seed), nodeCrypto);
+    t.same(nodeKey.publicKey, nobleKey.publicKey, 'same public key from the same seed');
+    const byNoble = emitRecord(recordInput(), { mode: 'ephemeral', key: nobleKey });
+    const byNode = emitRecord(recordInput(), { mode: 'ephemeral', key: nodeKey }, nodeCrypto);
+    t.equal(canonicalize(byNode), canonicalize(byNoble), 'same record, signature included');
+    t.ok(
+      nodeKey.privateKey.every((b) => b === 0),
+      'the node path zeroizes the ephemeral key too',
+    );
+    const partial = emitPartialRecord(
+      partialInput(),
+      { mode: 'ephemeral', key: generateEphemeralKey(() => Uint8Array.from(seed), nodeCrypto) },
+      nodeCrypto,
+    );
+    t.equal(
+      canonicalize(partial),
+      canonicalize(
+        emitPartialRecord(partialInput(), {
+          mode: 'ephemeral',
+          key: generateEphemeralKey(() => Uint8Array.from(seed)),
+        }),
+      ),
+    );
+    t.equal(verifyProof(byNode).valid, true);
+  }
+  // A key that does not belong to its seed is refused on the node path as on noble's.
+  const k = generateEphemeralKey(rnd, nodeCrypto);
+  const other = generateEphemeralKey(rnd, nodeCrypto);
+  t.throws(
+    () => emitRecord(recordInput(), { mode: 'ephemeral', key: { ...k, publicKey: other.publicKey } }, nodeCrypto),
+    /does not belong/,
+  );
+});
