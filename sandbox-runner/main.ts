@@ -45,6 +45,10 @@ function currentPpid(): number | null {
 
 async function main(): Promise<void> {
   closeInheritedFds();
+  // WARNING: when the parent dies, its ends of our stdout/stderr pipes close and
+  // the next write fails with EPIPE; unhandled, that error would kill the runner
+  // in the middle of the stop that unmounts every capsule. The lines are lost, the stop goes on.
+  for (const s of [process.stdout, process.stderr]) s.on('error', () => undefined);
   // SIGTERM/SIGINT are obeyed from the first moment: during start-up they are
   // remembered and acted on once the state is consistent (after recovery).
   let stop: (() => void) | null = null;

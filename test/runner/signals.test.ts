@@ -143,3 +143,51 @@ t.test('exit_with_parent: the runner stops when its parent dies by SIGKILL', asy
   t.same(mountsUnder(stateDir), [], 'and unmounted its capsules on the way out');
   await client.close();
 });
+
+t.test(
+  'exit_with_parent: a parent that dies with the read ends of the runner pipes (EPIPE) still gets a clean stop',
+  async (t) => {
+    const stateDir = mkdtempSync(join(tmpdir(), 'capsule-orphan-pipes-'));
+    const uids = reserveUidBlock(16);
+    t.teardown(() => {
+      removeStateDir(stateDir);
+      uids.release();
+    });
+    const socket = join(stateDir, 'runner.sock');
+    // The parent alone holds the runner's stdout and stderr: once it is killed, the
+    // runner's "parent is gone" line meets a closed pipe, as under a crashed `capsule serve`.
+    const script = `
+    const { spawn } = require('node:child_process');
+    const r = spawn(process.execPath, process.argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    r.stdout.on('data', (b) => { if (/ready /.test(String(b))) console.log('pid ' + r.pid + ' ready'); });
+    r.stderr.resume();
+  `;
+    const parent = spawn(
+      process.execPath,
+      [
+        '-e',
+        script,
+        RUNNER_MAIN,
+        `--state_dir=${stateDir}`,
+        `--socket=${socket}`,
+        `--uid_base=${uids.base}`,
+        `--uid_count=${uids.count}`,
+        '--exit_with_parent=1',
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    parent.stdout!.on('data', (b: Buffer) => {
+      out += b.toString();
+    });
+    t.ok(await until(() => /ready/.test(out), 60000), `runner ready: ${out}`);
+    const pid = Number(/pid (\d+)/.exec(out)?.[1]);
+    const client = new RunnerClient(socket);
+    await client.create({ capsule_id: 'orphan-pipes', memory_mb: 64 });
+    t.ok(mountsUnder(stateDir).length >= 2, 'capsule tmpfs mounted');
+    parent.kill('SIGKILL');
+    t.ok(await until(() => !alive(pid), 10000), 'the runner exited after its parent died');
+    t.same(mountsUnder(stateDir), [], 'and unmounted everything on the way out, its own /etc included');
+    await client.close();
+  },
+);
