@@ -93,7 +93,8 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
     `--uid_count=${uidBlock.count}`,
     // Stable per state dir, so a restarted runner (recovery tests) finds its old groups.
     `--cgroup_name=capsule-test-${createHash('sha256').update(stateDir).digest('hex').slice(0, 16)}`,
-    ...Object.entries(opts.options ?? {}).map(([k, v]) => `--${k}=${v}`),
+    // A test or benchmark that crashes must not leave its runner (mounts, cgroups, uids) behind.
+    ...Object.entries({ exit_with_parent: '1', ...opts.options }).map(([k, v]) => `--${k}=${v}`),
   ];
   // fd 3: an inherited descriptor the runner must never pass on into a capsule (checked by the escape battery).
   // nsenter --net changes the network namespace only (ip netns exec would remount /sys, hiding the cgroups).
