@@ -199,7 +199,7 @@ export class CapsuleManager {
           await writeCharged(
             0,
             apps.map((a) => ({ dir: app, name: a.name, bytes: a.bytes, field: 'app_files.filename', hash: false })),
-            this.writerRun(writerProcsFile(record.cgroup), null),
+            this.writerRun(tenant ?? id, writerProcsFile(record.cgroup), null),
           );
         }
         if (egress) {
@@ -211,15 +211,15 @@ export class CapsuleManager {
           };
           // Record the namespace name before creating it, and the relay pid once it runs (recovery).
           writeRecord(record);
-          egressState = await this.execs.attachEgress(record.egress.netns, egress.proxySocket);
+          egressState = await this.execs.attachEgress(tenant ?? id, record.egress.netns, egress.proxySocket);
           record.egress = { ...egressState, proxy_socket: egress.proxySocket };
           writeRecord(record);
         }
       } catch (e) {
         this.creating.delete(id);
         this.creatingMb.delete(id);
-        if (egressState) await this.execs.detachEgress(egressState);
-        else if (record.egress) await this.execs.detachEgress(record.egress);
+        if (egressState) await this.execs.detachEgress(tenant ?? id, egressState);
+        else if (record.egress) await this.execs.detachEgress(tenant ?? id, record.egress);
         if (mounted) {
           wipeAndZeroize(tmpfsDir, this.d.random.bytes(32));
           await this.d.mounter.unmount(tmpfsDir);
@@ -299,16 +299,16 @@ export class CapsuleManager {
 
   private prepare(c: Capsule): PreparedRef {
     const uid = wrapperUid({ hostUid: c.record.host_uid, netnsPath: this.netns(c) });
-    return this.execs.prepare(procsFiles(c.record.cgroup), this.argFile(c), this.d.seccompPath, uid);
+    return this.execs.prepare(this.tenantKey(c), procsFiles(c.record.cgroup), this.argFile(c), this.d.seccompPath, uid);
   }
 
   private startWriter(c: Capsule): PreparedRef {
-    return this.execs.prepareWriter(writerProcsFile(c.record.cgroup));
+    return this.execs.prepareWriter(this.tenantKey(c), writerProcsFile(c.record.cgroup));
   }
 
   /** A write through the exec thread's writer (prepared, or started for it). */
-  private writerRun(writerProcs: string, prepared: PreparedRef | null): WriterRun {
-    return (header, chunks, hash) => this.execs.write(writerProcs, prepared, header, chunks, hash);
+  private writerRun(key: string, writerProcs: string, prepared: PreparedRef | null): WriterRun {
+    return (header, chunks, hash) => this.execs.write(key, writerProcs, prepared, header, chunks, hash);
   }
 
   /** The prepared writer for one write; the next one is started once this call is on its way. */
@@ -350,7 +350,7 @@ export class CapsuleManager {
             await writeCharged(
               c.record.host_uid,
               [{ dir: input.dir, name: input.name, bytes: input.bytes, field: 'input_filename', hash: false }],
-              this.writerRun(writerProcsFile(c.record.cgroup), this.takeWriter(c)),
+              this.writerRun(this.tenantKey(c), writerProcsFile(c.record.cgroup), this.takeWriter(c)),
             );
           } finally {
             zeroBytes(input.bytes);
@@ -359,7 +359,7 @@ export class CapsuleManager {
         const executedAt = this.d.clock.iso();
         const prepared = c.prepared;
         c.prepared = null;
-        const r = await this.execs.run({
+        const r = await this.execs.run(this.tenantKey(c), {
           spec: { ...this.spec(c, req.command, env), cwd },
           cgroup: c.record.cgroup,
           seccompPath: this.d.seccompPath,
@@ -418,7 +418,7 @@ export class CapsuleManager {
         const [entry] = await writeCharged(
           c.record.host_uid,
           [{ dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true }],
-          this.writerRun(writerProcsFile(c.record.cgroup), this.takeWriter(c)),
+          this.writerRun(this.tenantKey(c), writerProcsFile(c.record.cgroup), this.takeWriter(c)),
         );
         return entry!;
       } catch (e) {
@@ -464,7 +464,12 @@ export class CapsuleManager {
     } catch {
       /* unmeasured: treated as large */
     }
-    return { capsule: c.record.capsule_id, tenant: c.tenant ?? c.record.capsule_id, bytes };
+    return { capsule: c.record.capsule_id, tenant: this.tenantKey(c), bytes };
+  }
+
+  /** Whose turn a capsule's work waits for (file jobs, the exec thread): its tenant, or the capsule alone. */
+  private tenantKey(c: Capsule): string {
+    return c.tenant ?? c.record.capsule_id;
   }
 
   async listOutput(params: { capsule_id: string }): Promise<{ files: ListedFile[] }> {
@@ -492,7 +497,7 @@ export class CapsuleManager {
       const prepared = c.prepared;
       c.prepared = null;
       await this.execs
-        .run({
+        .run(this.tenantKey(c), {
           spec: this.spec(c, 'true', {}),
           cgroup: c.record.cgroup,
           seccompPath: this.d.seccompPath,
@@ -531,7 +536,7 @@ export class CapsuleManager {
   private async teardown(c: Capsule, commandWasRunning: boolean): Promise<DestroyResult> {
     const r = c.record;
     const cgEmpty = await killGroup(r.cgroup);
-    const egress = r.egress ? await this.execs.detachEgress(r.egress) : null;
+    const egress = r.egress ? await this.execs.detachEgress(this.tenantKey(c), r.egress) : null;
     const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
     let wipe: Awaited<ReturnType<FileWorkers['wipe']>>;
     try {

@@ -21,13 +21,17 @@ const THREAD_URL = new URL('./exec-thread.js', import.meta.url);
 export interface PreparedRef {
   id: number;
   alive: boolean;
+  /** Whose turn it waits for in the exec thread (fair-queue.ts): the tenant, or the capsule alone. */
+  key: string;
 }
 
 /** What a run needs; clock and the prepared wrapper live in the exec thread. */
 export type RunParams = Omit<ExecParams, 'clock' | 'prepared'> & { prepared: PreparedRef | null };
 
-/** Serving thread -> exec thread. */
-export type ToThread =
+/** Serving thread -> exec thread: every request but an abort waits its tenant's turn (`key`). */
+export type ToThread = (Request & { key: string }) | { op: 'abort'; id: number };
+
+type Request =
   | { op: 'prepare'; id: number; procs: string[]; argFile: string; seccompPath: string; uid: number | null }
   | { op: 'wprepare'; id: number; writerProcs: string }
   | {
@@ -47,7 +51,6 @@ export type ToThread =
       params: Omit<RunParams, 'prepared' | 'observe' | 'onStart'>;
       observe: boolean;
     }
-  | { op: 'abort'; id: number }
   | { op: 'attach'; id: number; netns: string; proxySocket: string }
   | { op: 'detach'; id: number; state: EgressState };
 
@@ -129,19 +132,19 @@ export class ExecHost {
   }
 
   /** Starts the next exec's wrapper in the exec thread (as `uid`, see wrapperUid; in the capsule's cgroups, waiting). */
-  prepare(procs: string[], argFile: string, seccompPath: string, uid: number | null): PreparedRef {
-    return this.hold((id) => ({ op: 'prepare', id, procs, argFile, seccompPath, uid }));
+  prepare(key: string, procs: string[], argFile: string, seccompPath: string, uid: number | null): PreparedRef {
+    return this.hold(key, (id) => ({ op: 'prepare', id, procs, argFile, seccompPath, uid }));
   }
 
   /** Starts a capsule's next writer (charged.ts) in the exec thread; it joins the writer leaf, then waits. */
-  prepareWriter(writerProcs: string): PreparedRef {
-    return this.hold((id) => ({ op: 'wprepare', id, writerProcs }));
+  prepareWriter(key: string, writerProcs: string): PreparedRef {
+    return this.hold(key, (id) => ({ op: 'wprepare', id, writerProcs }));
   }
 
-  private hold(message: (id: number) => ToThread): PreparedRef {
-    const ref: PreparedRef = { id: this.nextId++, alive: true };
+  private hold(key: string, message: (id: number) => Request): PreparedRef {
+    const ref: PreparedRef = { id: this.nextId++, alive: true, key };
     this.prepared.set(ref.id, ref);
-    this.thread().postMessage(message(ref.id));
+    this.thread().postMessage({ ...message(ref.id), key } satisfies ToThread);
     return ref;
   }
 
@@ -158,6 +161,7 @@ export class ExecHost {
    * thread hashes what is asked and zeroes its bytes once written.
    */
   write(
+    key: string,
     writerProcs: string,
     prepared: PreparedRef | null,
     header: string,
@@ -170,6 +174,7 @@ export class ExecHost {
     );
     const transfer = [...new Set(sent.map((c) => c.buffer as ArrayBuffer))];
     return this.request<WriterResult>(
+      key,
       (id) => ({ op: 'write', id, writerProcs, prepared: this.use(prepared), header, chunks: sent, hash }),
       { transfer },
     );
@@ -180,15 +185,17 @@ export class ExecHost {
     if (!ref || !ref.alive || !this.worker) return;
     ref.alive = false;
     const gone = new Promise<void>((resolve) => this.drops.set(ref.id, resolve));
-    this.worker.postMessage({ op: 'drop', id: ref.id } satisfies ToThread);
+    // Behind its own start in its tenant's turn, so a start still waiting is never left running.
+    this.worker.postMessage({ op: 'drop', id: ref.id, key: ref.key } satisfies ToThread);
     await within(gone, 2000).catch(() => undefined);
     this.drops.delete(ref.id);
   }
 
   /** One exec, run by the exec thread (with the prepared wrapper when it is still alive). */
-  run(p: RunParams): Promise<ExecOutcome> {
+  run(key: string, p: RunParams): Promise<ExecOutcome> {
     const { prepared, observe, onStart, ...params } = p;
     return this.request<ExecOutcome>(
+      key,
       (id) => {
         onStart?.(() => this.worker?.postMessage({ op: 'abort', id } satisfies ToThread));
         return { op: 'run', id, prepared: this.use(prepared), params, observe: observe !== undefined };
@@ -198,25 +205,26 @@ export class ExecHost {
   }
 
   /** Creates a capsule's egress namespace and relay (egress.ts) in the exec thread. */
-  attachEgress(netns: string, proxySocket: string): Promise<EgressState> {
-    return this.request<EgressState>((id) => ({ op: 'attach', id, netns, proxySocket }));
+  attachEgress(key: string, netns: string, proxySocket: string): Promise<EgressState> {
+    return this.request<EgressState>(key, (id) => ({ op: 'attach', id, netns, proxySocket }));
   }
 
   /** Removes a capsule's relay and namespace in the exec thread; here if the thread cannot (cleanup must happen). */
-  detachEgress(state: EgressState): Promise<EgressDetached> {
-    return this.request<EgressDetached>((id) => ({ op: 'detach', id, state })).catch(() => detachEgress(state));
+  detachEgress(key: string, state: EgressState): Promise<EgressDetached> {
+    return this.request<EgressDetached>(key, (id) => ({ op: 'detach', id, state })).catch(() => detachEgress(state));
   }
 
   /** Posts one request to the thread; its `done` or `failed` answer settles the promise. */
   private request<T>(
-    message: (id: number) => ToThread,
+    key: string,
+    message: (id: number) => Request,
     extra: { observe?: (o: SandboxObservation) => void; transfer?: ArrayBuffer[] } = {},
   ): Promise<T> {
     const id = this.nextId++;
     const w = this.thread();
     return new Promise<T>((resolve, reject) => {
       this.runs.set(id, { resolve, reject, ...(extra.observe ? { observe: extra.observe } : {}) });
-      w.postMessage(message(id), extra.transfer);
+      w.postMessage({ ...message(id), key } satisfies ToThread, extra.transfer);
     });
   }
 

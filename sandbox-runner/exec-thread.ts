@@ -6,6 +6,7 @@ import { prepareExec, runExec, type Prepared } from './exec.js';
 import { prepareWriter, runWriter, type PreparedWriter } from './charged.js';
 import { attachEgress, detachEgress } from './egress.js';
 import type { FromThread, ThreadValue, ToThread } from './exec-host.js';
+import { FairQueue } from './fair-queue.js';
 
 const port = parentPort!;
 const post = (m: FromThread): void => port.postMessage(m);
@@ -53,7 +54,33 @@ function reply(id: number, work: Promise<ThreadValue>): Promise<unknown> {
   );
 }
 
+// Starting a process blocks this thread (tens of ms from a large runner on a
+// busy node), so requests wait their turn by tenant: one tenant's backlog of
+// process starts never holds another's exec. Aborts never wait.
+const waiting = new FairQueue<ToThread>();
+let draining = false;
+
+function drain(): void {
+  const m = waiting.shift();
+  if (m === undefined) {
+    draining = false;
+    return;
+  }
+  handle(m);
+  // One request per turn of the loop: messages that arrived meanwhile are queued first, then picked fairly.
+  setImmediate(drain);
+}
+
 port.on('message', (m: ToThread) => {
+  if (m.op === 'abort') return handle(m);
+  waiting.push(m.key, m);
+  if (!draining) {
+    draining = true;
+    setImmediate(drain);
+  }
+});
+
+function handle(m: ToThread): void {
   switch (m.op) {
     case 'prepare':
       hold(m.id, () => prepareExec(m.procs, m.argFile, m.seccompPath, m.uid));
@@ -109,4 +136,4 @@ port.on('message', (m: ToThread) => {
       });
     }
   }
-});
+}

@@ -1,0 +1,29 @@
+// Requests served round robin by key (a tenant): each key's requests keep
+// their order, and a key with one request waits behind at most one request
+// of every other key, however many those have queued.
+
+export class FairQueue<T> {
+  // Insertion order is the round: a key that was served goes to the back.
+  private readonly byKey = new Map<string, T[]>();
+
+  get size(): number {
+    return this.byKey.size;
+  }
+
+  push(key: string, item: T): void {
+    const q = this.byKey.get(key);
+    if (q) q.push(item);
+    else this.byKey.set(key, [item]);
+  }
+
+  /** The oldest request of the key whose turn it is. */
+  shift(): T | undefined {
+    const first = this.byKey.entries().next();
+    if (first.done) return undefined;
+    const [key, q] = first.value;
+    this.byKey.delete(key);
+    const item = q.shift();
+    if (q.length > 0) this.byKey.set(key, q);
+    return item;
+  }
+}

@@ -1,0 +1,37 @@
+// The exec thread's request order (sandbox-runner/fair-queue.ts): round robin
+// by tenant, each tenant's own requests in order.
+import t from 'tap';
+import { FairQueue } from '../../sandbox-runner/fair-queue.js';
+
+const drain = <T>(q: FairQueue<T>): T[] => {
+  const out: T[] = [];
+  for (let x = q.shift(); x !== undefined; x = q.shift()) out.push(x);
+  return out;
+};
+
+t.test('a tenant with one request waits behind one request of each other tenant', async (t) => {
+  const q = new FairQueue<string>();
+  for (let i = 0; i < 20; i++) q.push('a', `a${i}`);
+  for (let i = 0; i < 3; i++) q.push('b', `b${i}`);
+  q.push('victim', 'v0');
+  const order = drain(q);
+  t.equal(order.indexOf('v0'), 2, 'served third: after a0 and b0, not after 23 requests');
+  t.same(
+    order.filter((x) => x.startsWith('a')),
+    Array.from({ length: 20 }, (_, i) => `a${i}`),
+    "a tenant's own requests keep their order",
+  );
+  t.same(order.slice(0, 8), ['a0', 'b0', 'v0', 'a1', 'b1', 'a2', 'b2', 'a3']);
+  t.equal(q.size, 0);
+  t.equal(q.shift(), undefined);
+});
+
+t.test('a tenant that comes back after being served joins the end of the round', async (t) => {
+  const q = new FairQueue<string>();
+  q.push('a', 'a0');
+  q.push('a', 'a1');
+  q.push('b', 'b0');
+  t.equal(q.shift(), 'a0');
+  q.push('c', 'c0');
+  t.same(drain(q), ['b0', 'a1', 'c0']);
+});
