@@ -2,8 +2,8 @@
 // cgroups, exits 0) and dies with its parent even when no parent-death signal
 // reaches it (exit_with_parent: a parent-pid watch): no orphaned runner keeps
 // capsule mounts.
-import t from 'tap';
-import { spawn, spawnSync } from 'node:child_process';
+import t, { type Test } from 'tap';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -105,89 +105,73 @@ t.test('SIGTERM during start-up is obeyed once recovery is done', async (t) => {
   t.same(mountsUnder(stateDir), [], 'nothing left mounted (the leftover was recovered before the exit)');
 });
 
-t.test('exit_with_parent: the runner stops when its parent dies by SIGKILL', async (t) => {
-  const stateDir = mkdtempSync(join(tmpdir(), 'capsule-orphan-'));
+/**
+ * Starts a runner (exit_with_parent=1) under the parent `spawnParent` makes from the runner's
+ * argv, which must print `pid <runner pid>` and pass the runner's "ready" on; creates a capsule,
+ * kills the parent with SIGKILL and checks that the runner stopped and unmounted everything.
+ */
+async function orphanedRunnerStopsCleanly(
+  t: Test,
+  name: string,
+  spawnParent: (runnerArgv: string[]) => ChildProcess,
+): Promise<void> {
+  const stateDir = mkdtempSync(join(tmpdir(), `capsule-${name}-`));
   const uids = reserveUidBlock(16);
   t.teardown(() => {
     removeStateDir(stateDir);
     uids.release();
   });
   const socket = join(stateDir, 'runner.sock');
-  // A parent that does not pass on its death (no PR_SET_PDEATHSIG): sh, the runner in the background.
-  const parent = spawn(
-    '/bin/sh',
-    [
-      '-c',
-      `"$0" "$@" & echo "pid $!"; wait`,
-      process.execPath,
-      RUNNER_MAIN,
-      `--state_dir=${stateDir}`,
-      `--socket=${socket}`,
-      `--uid_base=${uids.base}`,
-      `--uid_count=${uids.count}`,
-      '--exit_with_parent=1',
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin' } },
-  );
+  const parent = spawnParent([
+    RUNNER_MAIN,
+    `--state_dir=${stateDir}`,
+    `--socket=${socket}`,
+    `--uid_base=${uids.base}`,
+    `--uid_count=${uids.count}`,
+    '--exit_with_parent=1',
+  ]);
   let out = '';
   parent.stdout!.on('data', (b: Buffer) => {
     out += b.toString();
   });
-  t.ok(await until(() => /ready /.test(out), 60000), `runner ready: ${out}`);
+  t.ok(await until(() => /ready/.test(out), 60000), `runner ready: ${out}`);
   const pid = Number(/pid (\d+)/.exec(out)?.[1]);
   const client = new RunnerClient(socket);
-  await client.create({ capsule_id: 'orphan', memory_mb: 64 });
+  await client.create({ capsule_id: name, memory_mb: 64 });
   t.ok(mountsUnder(stateDir).length >= 2, 'capsule tmpfs mounted');
   parent.kill('SIGKILL');
   t.ok(await until(() => !alive(pid), 10000), 'the runner exited after its parent died');
-  t.same(mountsUnder(stateDir), [], 'and unmounted its capsules on the way out');
+  t.same(mountsUnder(stateDir), [], 'and unmounted everything on the way out, its own /etc included');
   await client.close();
-});
+}
+
+t.test('exit_with_parent: the runner stops when its parent dies by SIGKILL', (t) =>
+  // A parent that does not pass on its death (no PR_SET_PDEATHSIG): sh, the runner in the background.
+  orphanedRunnerStopsCleanly(t, 'orphan', (argv) =>
+    spawn('/bin/sh', ['-c', `"$0" "$@" & echo "pid $!"; wait`, process.execPath, ...argv], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin' },
+    }),
+  ),
+);
 
 t.test(
   'exit_with_parent: a parent that dies with the read ends of the runner pipes (EPIPE) still gets a clean stop',
-  async (t) => {
-    const stateDir = mkdtempSync(join(tmpdir(), 'capsule-orphan-pipes-'));
-    const uids = reserveUidBlock(16);
-    t.teardown(() => {
-      removeStateDir(stateDir);
-      uids.release();
-    });
-    const socket = join(stateDir, 'runner.sock');
+  (t) =>
     // The parent alone holds the runner's stdout and stderr: once it is killed, the
     // runner's "parent is gone" line meets a closed pipe, as under a crashed `capsule serve`.
-    const script = `
-    const { spawn } = require('node:child_process');
-    const r = spawn(process.execPath, process.argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
-    r.stdout.on('data', (b) => { if (/ready /.test(String(b))) console.log('pid ' + r.pid + ' ready'); });
-    r.stderr.resume();
-  `;
-    const parent = spawn(
-      process.execPath,
-      [
-        '-e',
-        script,
-        RUNNER_MAIN,
-        `--state_dir=${stateDir}`,
-        `--socket=${socket}`,
-        `--uid_base=${uids.base}`,
-        `--uid_count=${uids.count}`,
-        '--exit_with_parent=1',
-      ],
-      { stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    let out = '';
-    parent.stdout!.on('data', (b: Buffer) => {
-      out += b.toString();
-    });
-    t.ok(await until(() => /ready/.test(out), 60000), `runner ready: ${out}`);
-    const pid = Number(/pid (\d+)/.exec(out)?.[1]);
-    const client = new RunnerClient(socket);
-    await client.create({ capsule_id: 'orphan-pipes', memory_mb: 64 });
-    t.ok(mountsUnder(stateDir).length >= 2, 'capsule tmpfs mounted');
-    parent.kill('SIGKILL');
-    t.ok(await until(() => !alive(pid), 10000), 'the runner exited after its parent died');
-    t.same(mountsUnder(stateDir), [], 'and unmounted everything on the way out, its own /etc included');
-    await client.close();
-  },
+    orphanedRunnerStopsCleanly(t, 'orphan-pipes', (argv) =>
+      spawn(
+        process.execPath,
+        [
+          '-e',
+          `const { spawn } = require('node:child_process');
+         const r = spawn(process.execPath, process.argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+         r.stdout.on('data', (b) => { if (/ready /.test(String(b))) console.log('pid ' + r.pid + ' ready'); });
+         r.stderr.resume();`,
+          ...argv,
+        ],
+        { stdio: ['ignore', 'pipe', 'inherit'] },
+      ),
+    ),
 );
