@@ -147,6 +147,7 @@ export class CapsuleManager {
     if (this.shuttingDown) throw new RunnerError('unavailable', 'runner is shutting down');
     const plan = checkCreate(req, config);
     const { id, memoryMb: mem, storageMb, imageRoot, env, apps, egress, tenant } = plan;
+    const queueKey = tenant ?? id; // tenantKey() once the capsule exists
     // Customer bytes: every decoded app file is zeroed however create ends (refusal, failure or success).
     try {
       if (this.capsules.has(id) || this.creating.has(id))
@@ -199,7 +200,7 @@ export class CapsuleManager {
           await writeCharged(
             0,
             apps.map((a) => ({ dir: app, name: a.name, bytes: a.bytes, field: 'app_files.filename', hash: false })),
-            this.writerRun(tenant ?? id, writerProcsFile(record.cgroup), null),
+            this.writerRun(queueKey, writerProcsFile(record.cgroup), null),
           );
         }
         if (egress) {
@@ -211,15 +212,15 @@ export class CapsuleManager {
           };
           // Record the namespace name before creating it, and the relay pid once it runs (recovery).
           writeRecord(record);
-          egressState = await this.execs.attachEgress(tenant ?? id, record.egress.netns, egress.proxySocket);
+          egressState = await this.execs.attachEgress(queueKey, record.egress.netns, egress.proxySocket);
           record.egress = { ...egressState, proxy_socket: egress.proxySocket };
           writeRecord(record);
         }
       } catch (e) {
         this.creating.delete(id);
         this.creatingMb.delete(id);
-        if (egressState) await this.execs.detachEgress(tenant ?? id, egressState);
-        else if (record.egress) await this.execs.detachEgress(tenant ?? id, record.egress);
+        if (egressState) await this.execs.detachEgress(queueKey, egressState);
+        else if (record.egress) await this.execs.detachEgress(queueKey, record.egress);
         if (mounted) {
           wipeAndZeroize(tmpfsDir, this.d.random.bytes(32));
           await this.d.mounter.unmount(tmpfsDir);
@@ -307,8 +308,8 @@ export class CapsuleManager {
   }
 
   /** A write through the exec thread's writer (prepared, or started for it). */
-  private writerRun(key: string, writerProcs: string, prepared: PreparedRef | null): WriterRun {
-    return (header, chunks, hash) => this.execs.write(key, writerProcs, prepared, header, chunks, hash);
+  private writerRun(queueKey: string, writerProcs: string, prepared: PreparedRef | null): WriterRun {
+    return (header, chunks, hash) => this.execs.write(queueKey, writerProcs, prepared, header, chunks, hash);
   }
 
   /** The prepared writer for one write; the next one is started once this call is on its way. */
