@@ -42,7 +42,6 @@ interface Measured {
   full: number;
 }
 
-/** Worker side: alternate blocks of bare verifies and full verifications. */
 /** The vector's signed message, signature and key, as bare verifies use them. */
 function signed() {
   const rawKey = fromBase64(doc.attestation.public_key.slice(7))!;
@@ -56,6 +55,7 @@ function signed() {
   return { rawKey, sig, msg, keyObject };
 }
 
+/** Worker side: alternate blocks of bare verifies and full verifications. */
 function measure(config: Config, secs: number): Measured {
   const { rawKey, sig, msg, keyObject } = signed();
   const crypto: CryptoProvider =
@@ -207,7 +207,10 @@ function bareLoop(ms: number): number {
 }
 
 if (isMainThread && process.argv[2] === '--batch') {
-  void batchChild(Number(process.argv[3]), Number(process.argv[4]));
+  batchChild(Number(process.argv[3]), Number(process.argv[4])).catch((err: unknown) => {
+    console.error(`bench:verify batch failed: ${err instanceof Error ? err.message : String(err)}`);
+    process.exitCode = 1;
+  });
 } else if (isMainThread) {
   main().catch((err: unknown) => {
     console.error(`bench:verify failed: ${err instanceof Error ? err.message : String(err)}`);
