@@ -73,6 +73,12 @@ function drain(): void {
 
 port.on('message', (m: ToThread) => {
   if (m.op === 'abort') return handle(m);
+  // A process whose start still waits its turn is never started: dropping it costs nothing.
+  if (m.op === 'drop' && waiting.remove(m.key, (w) => (w.op === 'prepare' || w.op === 'wprepare') && w.id === m.id)) {
+    post({ op: 'exited', id: m.id });
+    post({ op: 'dropped', id: m.id });
+    return;
+  }
   waiting.push(m.key, m);
   if (!draining) {
     draining = true;

@@ -16,6 +16,16 @@ export class FairQueue<T> {
     else this.byKey.set(key, [item]);
   }
 
+  /** Takes out the first waiting request of `key` that matches; the rest keep their places. */
+  remove(key: string, match: (item: T) => boolean): T | undefined {
+    const q = this.byKey.get(key);
+    const i = q ? q.findIndex(match) : -1;
+    if (!q || i < 0) return undefined;
+    const [item] = q.splice(i, 1);
+    if (q.length === 0) this.byKey.delete(key);
+    return item;
+  }
+
   /** The oldest request of the key whose turn it is. */
   shift(): T | undefined {
     const first = this.byKey.entries().next();

@@ -35,3 +35,31 @@ t.test('a tenant that comes back after being served joins the end of the round',
   q.push('c', 'c0');
   t.same(drain(q), ['b0', 'a1', 'c0']);
 });
+
+t.test('a waiting request can be taken out; the others keep their places and turns', async (t) => {
+  const q = new FairQueue<string>();
+  q.push('a', 'a0');
+  q.push('a', 'a1');
+  q.push('b', 'b0');
+  t.equal(
+    q.remove('a', (x) => x === 'a1'),
+    'a1',
+  );
+  t.equal(
+    q.remove('a', (x) => x === 'a1'),
+    undefined,
+    'gone once taken',
+  );
+  t.equal(
+    q.remove('c', () => true),
+    undefined,
+    'an unknown key has nothing',
+  );
+  t.equal(
+    q.remove('b', (x) => x === 'b0'),
+    'b0',
+  );
+  t.equal(q.size, 1, "b's empty queue left the round");
+  q.push('b', 'b1');
+  t.same(drain(q), ['a0', 'b1']);
+});
