@@ -12,22 +12,6 @@ const ED25519_SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
 // PKCS#8: SEQUENCE { INTEGER 0, SEQUENCE { OID 1.3.101.112 }, OCTET STRING { OCTET STRING (32-byte seed) } }
 const ED25519_PKCS8_PREFIX = Buffer.from('302e020100300506032b657004220420', 'hex');
 
-/**
- * An OpenSSL key from a 32-byte seed. The DER copy is zeroed at once; OpenSSL
- * keeps Ed25519 private keys in its secure heap and clears them when the
- * KeyObject is collected (not measured here, so nothing claims it).
- */
-function privateKeyOf(seed: Uint8Array): KeyObject {
-  if (seed.length !== 32) throw new RangeError('Ed25519 seed must be 32 bytes');
-  const der = Buffer.alloc(ED25519_PKCS8_PREFIX.length + 32);
-  ED25519_PKCS8_PREFIX.copy(der);
-  der.set(seed, ED25519_PKCS8_PREFIX.length);
-  try {
-    return createPrivateKey({ key: der, format: 'der', type: 'pkcs8' });
-  } finally {
-    der.fill(0);
-  }
-}
 // The Ed25519 base point: a valid key to probe the import format with.
 const BASE_POINT = Buffer.from('5866666666666666666666666666666666666666666666666666666666666666', 'hex');
 
@@ -46,6 +30,23 @@ const rawPublicSupported = ((): boolean => {
     return false;
   }
 })();
+
+/**
+ * An OpenSSL key from a 32-byte seed. The DER copy is zeroed at once; OpenSSL
+ * keeps Ed25519 private keys in its secure heap and clears them when the
+ * KeyObject is collected (not measured here, so nothing claims it).
+ */
+function privateKeyOf(seed: Uint8Array): KeyObject {
+  if (seed.length !== 32) throw new RangeError('Ed25519 seed must be 32 bytes');
+  const der = Buffer.alloc(ED25519_PKCS8_PREFIX.length + 32);
+  ED25519_PKCS8_PREFIX.copy(der);
+  der.set(seed, ED25519_PKCS8_PREFIX.length);
+  try {
+    return createPrivateKey({ key: der, format: 'der', type: 'pkcs8' });
+  } finally {
+    der.fill(0);
+  }
+}
 
 /** A key description crypto.verify accepts, without creating a KeyObject. */
 function keyInput(publicKey: Uint8Array, rawPublic: boolean): KeyInput {
@@ -104,7 +105,11 @@ export function createNodeCrypto(opts: NodeCryptoOptions = {}): CryptoProvider {
     // Signing for the emitter: about 0.05 ms against 0.6 (public key) and 1.6 ms (signature) in @noble's JS.
     ed25519Sign: (message, seed) => new Uint8Array(sign(null, message, privateKeyOf(seed))),
     ed25519PublicKey: (seed) =>
-      new Uint8Array(createPublicKey(privateKeyOf(seed)).export({ format: 'der', type: 'spki' }).subarray(12)),
+      new Uint8Array(
+        createPublicKey(privateKeyOf(seed))
+          .export({ format: 'der', type: 'spki' })
+          .subarray(ED25519_SPKI_PREFIX.length),
+      ),
     ed25519Verify(signature, message, publicKey) {
       if (publicKey.length !== 32 || signature.length !== 64) return false;
       try {

@@ -30,7 +30,7 @@ export interface CryptoProvider {
   ed25519PublicKey?(seed: Uint8Array): Uint8Array;
 }
 
-/** The provider with both primitives filled in, as the proof code uses it. */
+/** The provider with every primitive filled in (its fast paths, else @noble's), as the proof code uses it. */
 export interface Hasher {
   sha512(data: Uint8Array): Uint8Array;
   sha512Hex(data: Uint8Array): string;

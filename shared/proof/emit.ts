@@ -126,12 +126,14 @@ function zeroizingOnExit<T>(key: SigningKeyMaterial, f: () => T): T {
 /**
  * The signed AuditRecord. Input must be JSON data (a JcsError otherwise); it is
  * copied first, so later changes to the caller's objects cannot alter a signed record.
+ * `crypto` does the hashes and the signature (default @noble); every provider
+ * gives the same bytes, since Ed25519 signatures are deterministic.
  */
 export function emitRecord(input: RecordInput, key: SigningKeyMaterial, crypto?: CryptoProvider): AuditRecord {
   return zeroizingOnExit(key, () => buildRecord(structuredClone(input), key, hasher(crypto)));
 }
 
-/** `crypto`: hashes and signature (default @noble); any provider gives the same bytes (Ed25519 is deterministic). */
+/** The signed partial AuditRecord; as emitRecord. */
 export function emitPartialRecord(
   input: PartialRecordInput,
   key: SigningKeyMaterial,
