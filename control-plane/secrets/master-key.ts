@@ -4,7 +4,8 @@
 // directory (0600) on first start and says so; a PostgreSQL install never
 // generates secrets (SPEC: self-hosted secrets are supplied by the operator).
 import { randomBytes } from 'node:crypto';
-import { chmodSync, closeSync, constants, openSync, readFileSync, statSync, writeSync } from 'node:fs';
+import { chmodSync, closeSync, constants, mkdirSync, openSync, readFileSync, statSync, writeSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type { MasterKeyConfig } from '../config.js';
 import { ConfigError } from '../config.js';
 
@@ -22,6 +23,8 @@ export function parseMasterKey(text: string, source: string): Buffer {
 /** Reads (or, for the embedded default, creates) the master key. The caller zeroizes the buffer. */
 export function loadMasterKey(c: MasterKeyConfig, log: { warn(obj: object, msg: string): void }): Buffer {
   if (c.generateIfMissing) {
+    // The embedded default's data directory may not exist yet on a first start (the database opens after this).
+    mkdirSync(dirname(c.file), { recursive: true, mode: 0o700 });
     try {
       // O_EXCL: never overwrite a key that exists (it seals every stored secret).
       const fd = openSync(c.file, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600);

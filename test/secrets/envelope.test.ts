@@ -81,4 +81,10 @@ t.test('embedded default generates a 0600 key once; PostgreSQL needs an operator
     () => loadMasterKey({ file: join(dir, 'missing.key'), generateIfMissing: false }, silent),
     /CAPSULE_MASTER_KEY_FILE/,
   );
+  // A first start with a data directory that does not exist yet: created (0700), key generated in it.
+  const fresh = join(dir, 'not-yet', 'data');
+  const created = loadMasterKey(requireMasterKey(loadConfig({ CAPSULE_DATA_DIR: fresh })), silent);
+  t.equal(created.length, 32);
+  t.equal(statSync(fresh).mode & 0o777, 0o700, 'the data directory is private');
+  t.equal(statSync(join(fresh, 'master.key')).mode & 0o777, 0o600);
 });
