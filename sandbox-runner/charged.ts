@@ -11,14 +11,14 @@
 // A full tmpfs gives ENOSPC (no_space); a capsule whose memory is full gets
 // its writer OOM-killed (also no_space); the runner's own memory is never
 // charged and the runner is never the OOM victim.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { closeSync, constants, fchownSync, fstatSync, ftruncateSync, openSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { RunnerError } from '../shared/runner-error.js';
 import type { FileEntry } from '../shared/runner-protocol.js';
+import { spawner, type RemoteChild } from './spawner.js';
+import { HOST_PATH } from './sandbox.js';
 
-const HOST_PATH = '/usr/sbin:/usr/bin:/sbin:/bin';
 const HASH_SLICE = 1 << 20;
 const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 const RO = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
@@ -40,7 +40,7 @@ const WRITER_SCRIPT =
 
 /** A writer process started ahead of an upload, already in the capsule's writer leaf (or on its way there). */
 export interface PreparedWriter {
-  child: ChildProcess;
+  child: RemoteChild;
   alive: boolean;
   stderr: string;
   done: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -48,7 +48,7 @@ export interface PreparedWriter {
 
 /** Starts a writer that joins writerProcs and waits for its header on stdin. */
 export function prepareWriter(writerProcs: string): PreparedWriter {
-  const child = spawn('/bin/sh', ['-c', WRITER_SCRIPT, 'capsule-write', writerProcs], {
+  const child = spawner.spawn('/bin/sh', ['-c', WRITER_SCRIPT, 'capsule-write', writerProcs], {
     stdio: ['pipe', 'ignore', 'pipe'],
     env: { PATH: HOST_PATH, LC_ALL: 'C' },
   });
@@ -56,10 +56,7 @@ export function prepareWriter(writerProcs: string): PreparedWriter {
     child,
     alive: true,
     stderr: '',
-    done: new Promise((resolve) => {
-      child.on('error', () => resolve({ code: null, signal: null }));
-      child.on('close', (code, signal) => resolve({ code, signal }));
-    }),
+    done: child.closed.then(([code, signal]) => ({ code, signal })),
   };
   child.on('exit', () => {
     w.alive = false;
@@ -68,10 +65,12 @@ export function prepareWriter(writerProcs: string): PreparedWriter {
     w.alive = false;
     w.stderr += e.message;
   });
-  child.stderr!.on('data', (b: Buffer) => {
-    if (w.stderr.length < 4096) w.stderr += b.toString('utf8');
-  });
-  child.stdin!.on('error', () => undefined); // EPIPE when the writer died early: its status says why
+  // EPIPE on stdin when the writer died early: its status says why.
+  void child.ready.then(() =>
+    child.stderr!.on('data', (b: Buffer) => {
+      if (w.stderr.length < 4096) w.stderr += b.toString('utf8');
+    }),
+  );
   return w;
 }
 
@@ -146,9 +145,16 @@ export async function runWriter(
   const w = prepared && prepared.alive ? prepared : prepareWriter(writerProcs);
   // Hashed in 1 MiB slices, yielding between them: no copy of the bytes, and the thread keeps serving.
   const digests = chunks.map((c, i) => (hash[i] ? sha512Sliced(c) : null));
-  w.child.stdin!.write(`${header}\n`);
-  for (const c of chunks) if (c.byteLength > 0) w.child.stdin!.write(c);
-  w.child.stdin!.end();
+  const started = await w.child.ready.then(
+    () => true,
+    () => false,
+  );
+  if (started) {
+    const stdin = w.child.stdin!;
+    stdin.write(`${header}\n`);
+    for (const c of chunks) if (c.byteLength > 0) stdin.write(c);
+    stdin.end();
+  }
   const r = await w.done;
   const sha512 = await Promise.all(digests);
   return { ...r, stderr: w.stderr, sha512 };

@@ -7,10 +7,11 @@
 // WARNING: the relay runs on the host side as root with every capability
 // dropped (empty bounding set, no_new_privs); it is the capsule's only
 // neighbour outside the sandbox, so it must stay this small.
-import { execFile, spawn } from 'node:child_process';
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, statSync, unlinkSync } from 'node:fs';
 import { isAbsolute, join } from 'node:path';
 import { RunnerError } from '../shared/runner-protocol.js';
+import { spawner } from './spawner.js';
+import { HOST_PATH } from './sandbox.js';
 
 export const RELAY_PORT = 3128;
 export const CA_INSIDE = '/etc/capsule-ca.pem';
@@ -88,16 +89,19 @@ function relayListening(pid: number): boolean {
   }
 }
 
-/** Runs `ip` without waiting on the event loop for it (a spawnSync held every tenant's frames). */
-function ip(args: string[]): Promise<{ status: number | null; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile('ip', args, { encoding: 'utf8' }, (err, _out, stderr) =>
-      resolve({
-        status: err ? (typeof err.code === 'number' ? err.code : 1) : 0,
-        stderr: stderr || (err?.message ?? ''),
-      }),
-    );
-  });
+/** Runs `ip` from the spawner (spawner.ts), without waiting on the event loop for it. */
+async function ip(args: string[]): Promise<{ status: number | null; stderr: string }> {
+  const child = spawner.spawn('ip', args, { stdio: ['ignore', 'ignore', 'pipe'], env: { PATH: HOST_PATH } });
+  let stderr = '';
+  const failed = await child.ready.then(
+    () => {
+      child.stderr!.on('data', (b: Buffer) => (stderr += b.toString('utf8')));
+      return '';
+    },
+    (e: Error) => e.message,
+  );
+  const [code] = await child.closed;
+  return { status: failed ? 1 : code === 0 ? 0 : (code ?? 1), stderr: stderr || failed };
 }
 
 /** Creates the namespace and starts the relay; resolves once the relay listens. */
@@ -108,7 +112,7 @@ export async function attachEgress(name: string, proxySocket: string): Promise<E
   try {
     const lo = await ip(['-n', name, 'link', 'set', 'lo', 'up']);
     if (lo.status !== 0) throw new RunnerError('internal', `egress: loopback up failed: ${lo.stderr.trim()}`);
-    const relay = spawn(
+    const relay = spawner.spawn(
       'nsenter',
       [
         `--net=${netnsPath(name)}`,
@@ -122,14 +126,14 @@ export async function attachEgress(name: string, proxySocket: string): Promise<E
         `TCP-LISTEN:${RELAY_PORT},bind=127.0.0.1,reuseaddr,fork,max-children=64`,
         `UNIX-CONNECT:${proxySocket}`,
       ],
-      { stdio: 'ignore', detached: true, env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } },
+      { stdio: ['ignore', 'ignore', 'ignore'], detached: true, env: { PATH: HOST_PATH } },
     );
-    relay.on('error', () => undefined);
-    relay.unref();
-    if (!relay.pid) throw new RunnerError('internal', 'egress: relay did not start');
-    state.relay_pid = relay.pid;
+    const pid = await relay.ready.catch(() => {
+      throw new RunnerError('internal', 'egress: relay did not start');
+    });
+    state.relay_pid = pid;
     const end = Date.now() + 3000;
-    while (!relayListening(relay.pid)) {
+    while (!relayListening(pid)) {
       if (Date.now() > end || relay.exitCode !== null)
         throw new RunnerError('internal', 'egress: relay did not start listening');
       await new Promise((r) => setTimeout(r, 2));

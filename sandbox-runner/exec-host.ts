@@ -29,7 +29,7 @@ export interface PreparedRef {
 export type RunParams = Omit<ExecParams, 'clock' | 'prepared'> & { prepared: PreparedRef | null };
 
 /** Serving thread -> exec thread: every request but an abort waits its tenant's turn (`key`). */
-export type ToThread = (Request & { key: string }) | { op: 'abort'; id: number };
+export type ToThread = (Request & { key: string }) | { op: 'abort'; id: number } | { op: 'close' };
 
 type Request =
   | { op: 'prepare'; id: number; procs: string[]; argFile: string; seccompPath: string; uid: number | null }
@@ -59,6 +59,7 @@ export type ThreadValue = ExecOutcome | WriterResult | EgressState | EgressDetac
 
 /** Exec thread -> serving thread. */
 export type FromThread =
+  | { op: 'closed' }
   | { op: 'exited'; id: number }
   | { op: 'dropped'; id: number }
   | { op: 'observe'; id: number; o: SandboxObservation }
@@ -78,6 +79,7 @@ export class ExecHost {
   private readonly runs = new Map<number, Run>();
   private readonly prepared = new Map<number, PreparedRef>();
   private readonly drops = new Map<number, () => void>();
+  private closing: (() => void) | null = null;
 
   /** Starts the thread now (its start-up, some 50 ms, stays off the first exec's path). */
   constructor() {
@@ -108,6 +110,9 @@ export class ExecHost {
 
   private onMessage(m: FromThread): void {
     switch (m.op) {
+      case 'closed':
+        this.closing?.();
+        return;
       case 'exited': {
         const p = this.prepared.get(m.id);
         if (p) p.alive = false;
@@ -228,9 +233,14 @@ export class ExecHost {
     });
   }
 
+  /** Stops the thread, and first its spawner process (spawner.ts), waiting at most 2 s for it. */
   async close(): Promise<void> {
     const w = this.worker;
+    if (!w) return;
+    const closed = new Promise<void>((resolve) => (this.closing = resolve));
+    w.postMessage({ op: 'close' } satisfies ToThread);
+    await within(closed, 2000).catch(() => undefined);
     this.worker = null;
-    await w?.terminate();
+    await w.terminate();
   }
 }

@@ -7,8 +7,10 @@ import { prepareWriter, runWriter, type PreparedWriter } from './charged.js';
 import { attachEgress, detachEgress } from './egress.js';
 import type { FromThread, ThreadValue, ToThread } from './exec-host.js';
 import { FairQueue } from './fair-queue.js';
+import { spawner } from './spawner.js';
 
 const port = parentPort!;
+spawner.warm();
 const post = (m: FromThread): void => port.postMessage(m);
 /** Processes started ahead of time (exec wrappers, writers), by the id the serving thread gave them. */
 const held = new Map<number, Prepared | PreparedWriter>();
@@ -73,6 +75,10 @@ function drain(): void {
 
 port.on('message', (m: ToThread) => {
   if (m.op === 'abort') return handle(m);
+  if (m.op === 'close') {
+    void spawner.close().then(() => post({ op: 'closed' }));
+    return;
+  }
   // A process whose start still waits its turn is never started: dropping it costs nothing.
   if (m.op === 'drop' && waiting.remove(m.key, (w) => (w.op === 'prepare' || w.op === 'wprepare') && w.id === m.id)) {
     post({ op: 'exited', id: m.id });

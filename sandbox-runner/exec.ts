@@ -1,11 +1,9 @@
 // One sandboxed exec: spawn, bounded output capture, timeout (SIGTERM, then
 // SIGKILL after a grace), OOM detection, and a final cgroup sweep so that no
 // process of the exec outlives it.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { chownSync, closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { chownSync, readFileSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { constants } from 'node:os';
-import type { Readable, Writable } from 'node:stream';
 import { groupPids, killGroup, oomKills, procsFiles, signalGroup, type CapsuleCgroupPaths } from './cgroup.js';
 import type { Clock } from './clock.js';
 import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
@@ -21,6 +19,7 @@ import {
   type SandboxSpec,
 } from './sandbox.js';
 import { RunnerError } from '../shared/runner-error.js';
+import { spawner, type RemoteChild } from './spawner.js';
 import type { ExecResult } from '../shared/runner-protocol.js';
 
 /** The wire result less its timestamp (stamped by the caller), plus what the sweep found. */
@@ -40,7 +39,7 @@ export interface SandboxObservation {
 
 /** A wrapper started ahead of time, waiting inside the capsule's cgroups for "go". */
 export interface Prepared {
-  child: ChildProcess;
+  child: RemoteChild;
   alive: boolean;
   /** The uid it runs as (null: root, see wrapperUid). */
   uid: number | null;
@@ -113,24 +112,16 @@ export function prepareExec(
   uid: number | null,
 ): Prepared {
   const { file, args } = wrapperArgv(uid === null ? cgroupProcsFiles : [], argFile);
-  const seccompFd = openSync(seccompPath, 'r');
-  let child: ChildProcess;
-  try {
-    child = spawn(file, args, {
-      stdio: ['ignore', 'pipe', 'pipe', seccompFd, 'pipe', 'pipe', 'pipe'],
-      env: { PATH: HOST_PATH },
-      ...(uid === null ? {} : { uid, gid: uid }),
-    });
-  } finally {
-    closeSync(seccompFd);
-  }
-  const pid = child.pid;
-  const joined =
+  const child = spawner.spawn(file, args, {
+    stdio: ['ignore', 'pipe', 'pipe', { open: seccompPath }, 'pipe', 'pipe', 'pipe'],
+    env: { PATH: HOST_PATH },
+    ...(uid === null ? {} : { uid }),
+  });
+  const joined = child.ready.then((pid) =>
     uid === null
-      ? Promise.resolve()
-      : pid === undefined
-        ? Promise.reject(new Error('exec wrapper did not start'))
-        : Promise.all(cgroupProcsFiles.map((f) => writeFile(f, String(pid)))).then(() => undefined);
+      ? undefined
+      : Promise.all(cgroupProcsFiles.map((f) => writeFile(f, String(pid)))).then(() => undefined),
+  );
   const p: Prepared = { child, alive: true, uid, joined };
   joined.catch(() => {
     // WARNING: a wrapper outside the capsule's cgroups must never be told "go".
@@ -143,8 +134,6 @@ export function prepareExec(
   child.on('error', () => {
     p.alive = false;
   });
-  for (const i of [GO_FD, BLOCK_FD, INFO_FD])
-    (child.stdio[i] as unknown as NodeJS.EventEmitter | null)?.on('error', () => undefined);
   return p;
 }
 
@@ -179,14 +168,14 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   }
   const oomBefore = oomKills(p.cgroup);
   const start = p.clock.monotonicMs();
-  const stdio = child.stdio as unknown as (Readable | Writable | null)[];
-  (stdio[GO_FD] as Writable).end('go\n');
+  const stdio = child.stdio;
+  stdio[GO_FD]!.end('go\n');
   const out = new Capture(p.maxOutputBytes);
   const err = new Capture(p.maxOutputBytes);
   child.stdout!.on('data', (b: Buffer) => out.push(b));
   child.stderr!.on('data', (b: Buffer) => err.push(b));
-  const info = stdio[INFO_FD] as Readable | null;
-  const block = stdio[BLOCK_FD] as Writable | null;
+  const info = stdio[INFO_FD] ?? null;
+  const block = stdio[BLOCK_FD] ?? null;
   if (!observing) block?.end();
   let released = false;
   const release = (): void => {
@@ -255,34 +244,26 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
     }
   }, 50);
 
-  return new Promise<ExecOutcome>((resolve) => {
-    child.on('error', () => {
-      /* surfaced through 'close' with a null code */
-    });
-    child.on('close', (code, signal) => {
-      void (async () => {
-        clearTimeout(timeout);
-        if (killTimer) clearTimeout(killTimer);
-        clearInterval(oomPoll);
-        const duration = p.clock.monotonicMs() - start;
-        const leftover = groupPids(p.cgroup).length;
-        if (leftover > 0) await killGroup(p.cgroup, 2000, false);
-        const oom = oomSeen || oomKills(p.cgroup) > oomBefore;
-        // The shell convention 128 + signal number, for any signal (not only KILL and TERM).
-        const sigNum = signal ? signals[signal] : 0;
-        resolve({
-          stdout: out.text(),
-          stderr: err.text(),
-          stdout_truncated: out.truncated,
-          stderr_truncated: err.truncated,
-          exit_code: code ?? 128 + sigNum,
-          // Whole milliseconds: the SPEC types duration_ms as an integer.
-          duration_ms: Math.round(duration),
-          timed_out: timedOut,
-          oom_killed: oom,
-          leftover_killed: leftover,
-        });
-      })();
-    });
-  });
+  const [code, signal] = await child.closed;
+  clearTimeout(timeout);
+  if (killTimer) clearTimeout(killTimer);
+  clearInterval(oomPoll);
+  const duration = p.clock.monotonicMs() - start;
+  const leftover = groupPids(p.cgroup).length;
+  if (leftover > 0) await killGroup(p.cgroup, 2000, false);
+  const oom = oomSeen || oomKills(p.cgroup) > oomBefore;
+  // The shell convention 128 + signal number, for any signal (not only KILL and TERM).
+  const sigNum = signal ? signals[signal] : 0;
+  return {
+    stdout: out.text(),
+    stderr: err.text(),
+    stdout_truncated: out.truncated,
+    stderr_truncated: err.truncated,
+    exit_code: code ?? 128 + sigNum,
+    // Whole milliseconds: the SPEC types duration_ms as an integer.
+    duration_ms: Math.round(duration),
+    timed_out: timedOut,
+    oom_killed: oom,
+    leftover_killed: leftover,
+  };
 }

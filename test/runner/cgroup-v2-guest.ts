@@ -7,7 +7,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { release } from 'node:os';
 import { basename, dirname, join } from 'node:path';
-import { CgroupManager, killGroup, removeGroup } from '../../sandbox-runner/cgroup.js';
+import { CgroupManager, killGroup, removeGroup, RUNNER_LEAF } from '../../sandbox-runner/cgroup.js';
 import { liveProcs, startRunner, type StartedRunner } from '../helpers/runner.js';
 
 const CG = '/sys/fs/cgroup';
@@ -239,6 +239,9 @@ except OSError as e:
     writeFileSync(join(dir, 'cgroup.procs'), String(leftover.pid));
     const procsBefore = read(join(dir, 'cgroup.procs'));
     await runner.kill();
+    // The runner's spawner helper dies with it (parent-death signal); its exit may lag the runner's by a few ms.
+    const leafProcs = join(dirname(dir), RUNNER_LEAF, 'cgroup.procs');
+    for (let i = 0; i < 200 && (read(leafProcs) ?? '').trim() !== ''; i++) await new Promise((r) => setTimeout(r, 10));
     // What a restarted runner does with its cgroups (open from inside the leaf, list, kill, remove),
     // called directly: a second runner start costs 20-30 s under TCG, and the rest of recovery is
     // the same on v1 and v2 (test/runner/recovery.test.ts).
