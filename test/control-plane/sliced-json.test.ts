@@ -2,7 +2,7 @@
 // them (control-plane/http/sliced-json.ts); the text must be exactly what
 // JSON.stringify gives, whatever the slice boundaries cut.
 import t from 'tap';
-import { answerJson, slicedJson, wantsSlicing } from '../../control-plane/http/sliced-json.js';
+import { answerJson, jsonStringBytes, slicedJson, wantsSlicing } from '../../control-plane/http/sliced-json.js';
 
 const text = async (v: Record<string, unknown>, slice?: number): Promise<string> => {
   let out = '';
@@ -27,6 +27,49 @@ t.test('the same text as JSON.stringify, at every cut', async (t) => {
   const straddle = await text({ s: 'a'.repeat(63) + emoji }, 64);
   t.notMatch(straddle, /\\ud83d/);
   t.same(JSON.parse(straddle), { s: 'a'.repeat(63) + emoji });
+});
+
+t.test('jsonStringBytes is the UTF-8 of JSON.stringify without its quotes, for every code unit and pair', async (t) => {
+  const same = (x: string): boolean => jsonStringBytes(x).equals(Buffer.from(JSON.stringify(x).slice(1, -1), 'utf8'));
+  let every = '';
+  for (let c = 0; c < 0x10000; c++) every += String.fromCharCode(c);
+  t.ok(same(every), 'each of the 65,536 UTF-16 code units once (lone surrogates included)');
+  t.ok(same('plain ascii text'), 'the native path');
+  t.ok(same('a\n'.repeat(200) + '\x01\x02' + '\ud800'), 'a control character after the first 256');
+  // Random mixes of the characters that take each branch.
+  const pool = [
+    '\x00',
+    '\x01',
+    '\b',
+    '\t',
+    '\n',
+    '\f',
+    '\r',
+    '\x1f',
+    '"',
+    '\\',
+    'a',
+    '\x7f',
+    '\u00e9',
+    '\u07ff',
+    '\u0800',
+    '\ufffd',
+    '\ud800',
+    '\udbff',
+    '\udc00',
+    '\udfff',
+    '\u{1F600}',
+    '\u2028',
+  ];
+  let seed = 7;
+  const next = (): number => (seed = (seed * 1103515245 + 12345) % 2 ** 31);
+  let bad = 0;
+  for (let n = 0; n < 2000; n++) {
+    let x = '';
+    for (let k = next() % 40; k > 0; k--) x += pool[next() % pool.length];
+    if (!same(x)) bad++;
+  }
+  t.equal(bad, 0, 'random mixes');
 });
 
 t.test('other work runs between slices', async (t) => {
