@@ -38,6 +38,7 @@ function giveTurn(): void {
 }
 
 /** A control character JSON.stringify writes as six bytes (`\u00XX`); the others have short escapes. */
+// eslint-disable-next-line no-control-regex -- control characters are exactly what is looked for
 const LONG_ESCAPE = /[\x00-\x07\x0b\x0e-\x1f]/;
 /** Per ASCII code: 0 copied as is, 1 written as \u00XX, else the letter of its short escape (\n, \", ...). */
 const ASCII = new Uint8Array(128);
