@@ -65,7 +65,7 @@ export function prepareWriter(writerProcs: string): PreparedWriter {
     w.alive = false;
     w.stderr += e.message;
   });
-  // EPIPE on stdin when the writer died early: its status says why.
+  // (An EPIPE on stdin, when the writer died early, is ignored by RemoteChild: its status says why.)
   void child.ready.then(() =>
     child.stderr!.on('data', (b: Buffer) => {
       if (w.stderr.length < 4096) w.stderr += b.toString('utf8');

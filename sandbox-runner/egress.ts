@@ -101,7 +101,7 @@ async function ip(args: string[]): Promise<{ status: number | null; stderr: stri
     (e: Error) => e.message,
   );
   const [code] = await child.closed;
-  return { status: failed ? 1 : code === 0 ? 0 : (code ?? 1), stderr: stderr || failed };
+  return { status: failed ? 1 : (code ?? 1), stderr: stderr || failed };
 }
 
 /** Creates the namespace and starts the relay; resolves once the relay listens. */

@@ -4,7 +4,7 @@
 // 3.5 ms per 100 MB resident) and 45 ms while capsules kept both cores busy,
 // most of the exec thread's time. The exec thread therefore asks one
 // pre-started helper process (spawner-process.ts, ~50 MB, ~1 ms a fork) to
-// start its wrappers and writers; the helper hands back the child's pipes
+// start its wrappers, writers and egress helpers; it hands back the child's pipes
 // over its IPC channel (they are socketpairs, so they pass as handles) and
 // reports the exit status. RemoteChild stands for such a child here.
 import { spawn, type ChildProcess } from 'node:child_process';
