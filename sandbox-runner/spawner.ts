@@ -10,8 +10,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
+import { fileURLToPath } from 'node:url';
 
-const PROCESS_URL = new URL('./spawner-process.js', import.meta.url);
+const PROCESS_PATH = fileURLToPath(new URL('./spawner-process.js', import.meta.url));
 
 /** One stdio entry: nothing, a pipe handed back as a socket, or a file the helper opens read-only. */
 export type StdioEntry = 'ignore' | 'pipe' | { open: string };
@@ -165,7 +166,7 @@ export class Spawner {
     // never outlives the runner in the runner's cgroup leaf.
     const h = spawn(
       'setpriv',
-      ['--pdeathsig', 'KILL', '--', process.execPath, '--max-old-space-size=64', PROCESS_URL.pathname],
+      ['--pdeathsig', 'KILL', '--', process.execPath, '--max-old-space-size=64', PROCESS_PATH],
       {
         stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
         env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },

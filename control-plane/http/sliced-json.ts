@@ -71,40 +71,39 @@ export function jsonStringBytes(s: string): Buffer {
     let c = s.charCodeAt(i);
     if (c < 0x80) {
       const e = ASCII[c]!;
-      if (e === 0) out[o++] = c;
-      else if (e !== 1) {
+      if (e === 0) {
+        out[o++] = c;
+        continue;
+      }
+      if (e !== 1) {
         out[o++] = 0x5c;
         out[o++] = e;
-      } else {
-        out[o++] = 0x5c;
-        out[o++] = 0x75;
-        out[o++] = 0x30;
-        out[o++] = 0x30;
-        out[o++] = HEX[c >> 4]!;
-        out[o++] = HEX[c & 15]!;
+        continue;
       }
     } else if (c < 0x800) {
       out[o++] = 0xc0 | (c >> 6);
       out[o++] = 0x80 | (c & 63);
+      continue;
     } else if (c < 0xd800 || c > 0xdfff) {
       out[o++] = 0xe0 | (c >> 12);
       out[o++] = 0x80 | ((c >> 6) & 63);
       out[o++] = 0x80 | (c & 63);
+      continue;
     } else if (isHigh(c) && isLow(s.charCodeAt(i + 1))) {
       c = ((c - 0xd800) << 10) + (s.charCodeAt(++i) - 0xdc00) + 0x10000;
       out[o++] = 0xf0 | (c >> 18);
       out[o++] = 0x80 | ((c >> 12) & 63);
       out[o++] = 0x80 | ((c >> 6) & 63);
       out[o++] = 0x80 | (c & 63);
-    } else {
-      // A lone surrogate: \udXXX, as JSON.stringify writes it.
-      out[o++] = 0x5c;
-      out[o++] = 0x75;
-      out[o++] = HEX[c >> 12]!;
-      out[o++] = HEX[(c >> 8) & 15]!;
-      out[o++] = HEX[(c >> 4) & 15]!;
-      out[o++] = HEX[c & 15]!;
+      continue;
     }
+    // \u00XX for a control character, \udXXX for a lone surrogate, as JSON.stringify writes them.
+    out[o++] = 0x5c;
+    out[o++] = 0x75;
+    out[o++] = HEX[c >> 12]!;
+    out[o++] = HEX[(c >> 8) & 15]!;
+    out[o++] = HEX[(c >> 4) & 15]!;
+    out[o++] = HEX[c & 15]!;
   }
   return out.subarray(0, o);
 }
