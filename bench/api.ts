@@ -76,24 +76,38 @@ async function benchDriver(driver: Driver): Promise<void> {
       bare.push(...(await bareBwrapMs(1, 0)));
     }
     const proofs: unknown[] = [];
+    const STEPS = ['create', 'upload', 'exec', 'download', 'destroy', 'verify'] as const;
+    const steps = Object.fromEntries(STEPS.map((s) => [s, [] as number[]])) as Record<(typeof STEPS)[number], number[]>;
     for (let i = 0; i < ITER; i++) {
       await timed(round, async () => {
-        const c = await api.req('POST', '/v1/capsules', { key, json: {} });
+        const c = await timed(steps.create, () => api.req('POST', '/v1/capsules', { key, json: {} }));
         must(c, 201, 'create');
         const id = c.body.id as string;
-        must(await api.req('POST', `/v1/capsules/${id}/upload?filename=in.bin`, { key, raw: payload }), 200, 'upload');
         must(
-          await api.req('POST', `/v1/capsules/${id}/exec`, {
-            key,
-            json: { command: 'cp /data/input/in.bin /data/output/out.bin' },
-          }),
+          await timed(steps.upload, () =>
+            api.req('POST', `/v1/capsules/${id}/upload?filename=in.bin`, { key, raw: payload }),
+          ),
+          200,
+          'upload',
+        );
+        must(
+          await timed(steps.exec, () =>
+            api.req('POST', `/v1/capsules/${id}/exec`, {
+              key,
+              json: { command: 'cp /data/input/in.bin /data/output/out.bin' },
+            }),
+          ),
           200,
           'exec',
         );
-        must(await api.req('GET', `/v1/capsules/${id}/output/out.bin`, { key }), 200, 'download');
-        const d = await api.req('DELETE', `/v1/capsules/${id}`, { key });
+        must(
+          await timed(steps.download, () => api.req('GET', `/v1/capsules/${id}/output/out.bin`, { key })),
+          200,
+          'download',
+        );
+        const d = await timed(steps.destroy, () => api.req('DELETE', `/v1/capsules/${id}`, { key }));
         must(d, 200, 'destroy');
-        const v = await api.req('POST', '/v1/verify', { json: { cdp: d.body.audit_proof } });
+        const v = await timed(steps.verify, () => api.req('POST', '/v1/verify', { json: { cdp: d.body.audit_proof } }));
         if (v.body?.valid !== true) throw new Error(`verify: ${v.text}`);
         proofs.push(d.body.audit_proof);
       });
@@ -119,7 +133,9 @@ async function benchDriver(driver: Driver): Promise<void> {
     );
     console.log(`  destroy (proof signed)     ${fmt(destroy)}`);
     console.log(`  full round trip            ${fmt(round)}`);
-    console.log('    (create -> upload 4 KB -> exec -> download -> destroy -> POST /v1/verify)');
+    console.log(
+      `    (${STEPS.map((s) => `${s} ${pct(steps[s], 50).toFixed(1)}`).join(' -> ')} ms p50; exec is a cp of the upload)`,
+    );
 
     // POST /v1/verify throughput, 32 requests in flight from a worker thread
     // (so the load generator does not share the server's event loop), rate limiting off.

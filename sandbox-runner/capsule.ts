@@ -4,7 +4,7 @@
 // wipe, zeroize, unmount, release, evidence). Request decoding lives in
 // request-checks.ts, the on-disk record in state-record.ts.
 import { createHash } from 'node:crypto';
-import { chmodSync, chownSync, mkdirSync, readFileSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, readFileSync, statfsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   RunnerError,
@@ -27,7 +27,7 @@ import { buildEvidence } from './evidence.js';
 import type { SandboxObservation } from './exec.js';
 import { ExecHost, type PreparedRef } from './exec-host.js';
 import { validateFilename } from './files.js';
-import { mountinfoOf, processesOwnedBy, swapActive, type NsName } from './host.js';
+import { mountinfoOfAsync, processesOwnedBy, swapActive, type NsName } from './host.js';
 import { baseEnv, wrapperUid, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
@@ -35,7 +35,7 @@ import { FileWorkers, type JobOwner } from './offloop.js';
 import { wipeAndZeroize } from './wipe.js';
 import { caBundle, egressEnv, netnsPath, type EgressState } from './egress.js';
 import { checkCreate, checkExec, validateCapsuleId } from './request-checks.js';
-import { capsulesDir, removeRecord, tmpfsDirOf, writeRecord, type CapsuleRecord } from './state-record.js';
+import { capsulesDir, removeState, tmpfsDirOf, writeRecord, type CapsuleRecord } from './state-record.js';
 
 /** The CA bundle file of an egress capsule, at the tmpfs root (bound read-only inside). */
 const EGRESS_CA_FILE = 'egress-ca.pem';
@@ -226,8 +226,7 @@ export class CapsuleManager {
           await this.d.mounter.unmount(tmpfsDir);
         }
         if (cgroupMade) await killGroup(record.cgroup).then(() => removeGroup(record.cgroup));
-        rmSync(tmpfsDir, { recursive: true, force: true });
-        removeRecord(tmpfsDir);
+        await removeState(tmpfsDir, true);
         this.d.uids.release(uid);
         if (e instanceof RunnerError) throw e;
         const code = (e as NodeJS.ErrnoException).code;
@@ -259,8 +258,9 @@ export class CapsuleManager {
       const made = this.capsules.get(id)!;
       this.reweigh(tenant);
       made.prepared = this.prepare(made);
-      // No writer yet: most capsules never upload, and each process start costs the runner. The first
-      // write starts its own; from then on the next one is started ahead (takeWriter).
+      // The first upload's writer too (a shell waiting in the capsule's writer leaf, charged to the
+      // capsule): starting it on the upload's path cost that upload 7-8 ms. Next ones: takeWriter.
+      made.writer = this.startWriter(made);
       return {
         capsule_id: id,
         hostname,
@@ -320,13 +320,6 @@ export class CapsuleManager {
       if (c.state === 'live' && !c.writer) c.writer = this.startWriter(c);
     });
     return w;
-  }
-
-  /** Kills the waiting wrapper and waits for it, so it cannot join the cgroup after the sweep. */
-  private async dropPrepared(c: Capsule): Promise<void> {
-    const p = c.prepared;
-    c.prepared = null;
-    await this.execs.drop(p);
   }
 
   private observe(c: Capsule, o: SandboxObservation): void {
@@ -512,13 +505,16 @@ export class CapsuleManager {
         })
         .catch(() => undefined);
     }
-    await this.dropPrepared(c);
-    const writer = c.writer;
+    // The waiting wrapper and writer are killed now; teardown waits for them only before it removes
+    // the cgroups (tens of ms on a busy node: the spawner may still be starting them). Neither has
+    // touched the capsule's files (they wait for "go" and for a header), and one that joins a
+    // cgroup after the sweep is dead before the removal.
+    const dropped = Promise.all([this.execs.drop(c.prepared), this.execs.drop(c.writer)]);
+    c.prepared = null;
     c.writer = null;
-    await this.execs.drop(writer);
     // WARNING: if teardown throws, the capsule stays 'destroying' (every later call gets busy)
     // until the runner restarts and recovery wipes it; teardown's steps therefore report, not throw.
-    const result = await this.teardown(c, commandWasRunning);
+    const result = await this.teardown(c, commandWasRunning, dropped);
     this.capsules.delete(c.record.capsule_id);
     this.reweigh(c.tenant);
     return result;
@@ -534,11 +530,14 @@ export class CapsuleManager {
     for (const c of mine) this.d.cgroups.setCpuWeight(c.record.cgroup, this.d.config.bounds.cpuWeight / mine.length);
   }
 
-  private async teardown(c: Capsule, commandWasRunning: boolean): Promise<DestroyResult> {
+  private async teardown(c: Capsule, commandWasRunning: boolean, dropped: Promise<unknown>): Promise<DestroyResult> {
     const r = c.record;
+    // Its processes only have to die now: at full weight, a dying capsule on a busy node is not
+    // queued behind every other tenant's CPU to do so (nothing it runs gets another instruction).
+    this.d.cgroups.setCpuWeight(r.cgroup, 10_000);
     const cgEmpty = await killGroup(r.cgroup);
     const egress = r.egress ? await this.execs.detachEgress(this.tenantKey(c), r.egress) : null;
-    const tmpfsMountBefore = mountinfoOf('self').find((m) => m.mount_point === r.tmpfs_dir) ?? null;
+    const tmpfsMountBefore = (await mountinfoOfAsync('self')).find((m) => m.mount_point === r.tmpfs_dir) ?? null;
     let wipe: Awaited<ReturnType<FileWorkers['wipe']>>;
     try {
       wipe = await this.files.wipe(this.jobOwner(c), r.tmpfs_dir, c.key, {
@@ -555,14 +554,14 @@ export class CapsuleManager {
     const keyZero = wipe.keyReadbackZero;
     const unmount = await this.d.mounter.unmount(r.tmpfs_dir);
     const unmounted = unmount.gone;
+    await dropped;
     const removed = cgEmpty ? await removeGroup(r.cgroup) : false;
     const owned = processesOwnedBy(r.host_uid);
     const released = owned.pids.length === 0;
     if (released) this.d.uids.release(r.host_uid);
     let stateRemoved = false;
     try {
-      if (unmounted) rmSync(r.tmpfs_dir, { recursive: true, force: true });
-      removeRecord(r.tmpfs_dir);
+      await removeState(r.tmpfs_dir, unmounted);
       stateRemoved = true;
     } catch {
       stateRemoved = false;

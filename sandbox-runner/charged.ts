@@ -33,10 +33,12 @@ const RO = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
  * of time (prepareWriter), the cgroup join (several ms on cgroup v1) is off
  * the upload's path.
  */
+const DD = 'dd iflag=fullblock,count_bytes bs=65536 conv=notrunc status=none';
 const WRITER_SCRIPT =
-  'echo $$ > "$1" || exit 125; read -r header || exit 125; for spec in $header; do ' +
-  'dd iflag=fullblock,count_bytes bs=65536 count="${spec##*:}" of="${spec%:*}" conv=notrunc status=none || exit $?; ' +
-  'done';
+  'echo $$ > "$1" || exit 125; read -r header || exit 125; set -- $header; ' +
+  // One file (an upload, an exec's input): dd replaces the shell, one fork fewer on the upload's path.
+  `if [ $# -eq 1 ]; then exec ${DD} count="\${1##*:}" of="\${1%:*}"; fi; ` +
+  `for spec; do ${DD} count="\${spec##*:}" of="\${spec%:*}" || exit $?; done`;
 
 /** A writer process started ahead of an upload, already in the capsule's writer leaf (or on its way there). */
 export interface PreparedWriter {

@@ -190,7 +190,7 @@ export class ExecHost {
     if (!ref || !ref.alive || !this.worker) return;
     ref.alive = false;
     const gone = new Promise<void>((resolve) => this.drops.set(ref.id, resolve));
-    // Behind its own start in its tenant's turn, so a start still waiting is never left running.
+    // After its own start (messages keep their order): a start still waiting is never made, one made is killed.
     this.worker.postMessage({ op: 'drop', id: ref.id, key: ref.key } satisfies ToThread);
     await within(gone, 2000).catch(() => undefined);
     this.drops.delete(ref.id);

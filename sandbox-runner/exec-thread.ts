@@ -56,9 +56,11 @@ function reply(id: number, work: Promise<ThreadValue>): Promise<unknown> {
   );
 }
 
-// Starting a process blocks this thread (tens of ms from a large runner on a
-// busy node), so requests wait their turn by tenant: one tenant's backlog of
-// process starts never holds another's exec. Aborts never wait.
+// Requests wait their turn by tenant: one tenant's backlog of process starts
+// never holds another's exec. The spawner process forks one at a time (several
+// ms each on a busy node), so at most START_WINDOW starts are handed to it at
+// once and the rest wait here, in the fair queue. Aborts and drops never wait.
+const START_WINDOW = 2;
 const waiting = new FairQueue<ToThread>();
 let draining = false;
 
@@ -70,7 +72,7 @@ function drain(): void {
   }
   handle(m);
   // One request per turn of the loop: messages that arrived meanwhile are queued first, then picked fairly.
-  setImmediate(drain);
+  spawner.whenStartsBelow(START_WINDOW, () => setImmediate(drain));
 }
 
 port.on('message', (m: ToThread) => {
@@ -79,10 +81,13 @@ port.on('message', (m: ToThread) => {
     void spawner.close().then(() => post({ op: 'closed' }));
     return;
   }
-  // A process whose start still waits its turn is never started: dropping it costs nothing.
-  if (m.op === 'drop' && waiting.remove(m.key, (w) => (w.op === 'prepare' || w.op === 'wprepare') && w.id === m.id)) {
-    post({ op: 'exited', id: m.id });
-    post({ op: 'dropped', id: m.id });
+  if (m.op === 'drop') {
+    // A process whose start still waits its turn is never started: dropping it costs nothing.
+    // Otherwise its start was handled (messages arrive in order): kill it now, a destroy waits on it.
+    if (waiting.remove(m.key, (w) => (w.op === 'prepare' || w.op === 'wprepare') && w.id === m.id)) {
+      post({ op: 'exited', id: m.id });
+      post({ op: 'dropped', id: m.id });
+    } else handle(m);
     return;
   }
   waiting.push(m.key, m);

@@ -1,6 +1,7 @@
 // Host facts and host-side observations (procfs, mountinfo), measured, never assumed.
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { release } from 'node:os';
 import { activeSwaps } from '../shared/node/swaps.js';
 import type { HostFacts } from '../shared/runner-protocol.js';
@@ -87,6 +88,18 @@ export function parseMountinfo(text: string): MountLine[] {
 export function mountinfoOf(pid: number | 'self'): MountLine[] {
   try {
     return parseMountinfo(readFileSync(`/proc/${pid}/mountinfo`, 'utf8'));
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * mountinfoOf off the calling thread's loop. Reading mountinfo waits for the host's mount lock,
+ * which every sandbox start and exit takes: tens of ms while capsules churn.
+ */
+export async function mountinfoOfAsync(pid: number | 'self'): Promise<MountLine[]> {
+  try {
+    return parseMountinfo(await readFile(`/proc/${pid}/mountinfo`, 'utf8'));
   } catch {
     return [];
   }

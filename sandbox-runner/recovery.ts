@@ -1,11 +1,11 @@
 // Start-up recovery: capsules left by a crashed runner (state records, tmpfs
 // mounts, cgroups) are killed, wiped, unmounted and removed, and reported as
 // lost so the control plane can mark them expired_unclean.
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { LostCapsule } from '../shared/runner-protocol.js';
 import { groupPids, killGroup, removeGroup, type CgroupManager } from './cgroup.js';
-import { CAPSULE_ID_RE, capsulesDir, readRecord, removeRecord } from './state-record.js';
+import { CAPSULE_ID_RE, capsulesDir, readRecord, removeState } from './state-record.js';
 import type { Clock, Random } from './clock.js';
 import { recoverEgress } from './egress.js';
 import { isMounted, type Mounter } from './tmpfs.js';
@@ -49,8 +49,7 @@ export async function recoverCapsules(
     const unmounted = !isMounted(tmpfsDir);
     let stateRemoved = true;
     try {
-      if (unmounted) rmSync(tmpfsDir, { recursive: true, force: true });
-      removeRecord(tmpfsDir);
+      await removeState(tmpfsDir, unmounted);
     } catch {
       stateRemoved = false;
     }

@@ -1,7 +1,8 @@
 // The on-disk state record of a capsule: written before anything else is made
 // for it, updated as the egress layer starts, removed last by teardown; what
 // recovery reads after a crash to find and wipe what a dead runner left.
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { CapsuleCgroupPaths } from './cgroup.js';
 import type { EgressState } from './egress.js';
@@ -44,7 +45,12 @@ export function readRecord(tmpfsDir: string): CapsuleRecord | null {
   }
 }
 
-/** Removes the record; throws only on an unexpected error (a missing record is fine). */
-export function removeRecord(tmpfsDir: string): void {
-  rmSync(recordPath(tmpfsDir), { force: true });
+/**
+ * Removes the capsule's state: its tmpfs mount point (when unmounted) and its record; throws only
+ * on an unexpected error (a missing one is fine). Asynchronous: removing a directory that was a
+ * mount point waits for the host's mount lock, tens of ms while capsules start and exit.
+ */
+export async function removeState(tmpfsDir: string, unmounted: boolean): Promise<void> {
+  if (unmounted) await rm(tmpfsDir, { recursive: true, force: true });
+  await rm(recordPath(tmpfsDir), { force: true });
 }
