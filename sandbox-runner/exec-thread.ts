@@ -56,11 +56,9 @@ function reply(id: number, work: Promise<ThreadValue>): Promise<unknown> {
   );
 }
 
-// Requests wait their turn by tenant: one tenant's backlog of process starts
-// never holds another's exec. The spawner process forks one at a time (several
-// ms each on a busy node), so at most START_WINDOW starts are handed to it at
-// once and the rest wait here, in the fair queue. Aborts and drops never wait.
-const START_WINDOW = 2;
+// Requests are handed on one per turn of the loop, picked by tenant: one
+// tenant's backlog of process starts never holds another's exec. Aborts and
+// drops never wait.
 const waiting = new FairQueue<ToThread>();
 let draining = false;
 
@@ -72,7 +70,7 @@ function drain(): void {
   }
   handle(m);
   // One request per turn of the loop: messages that arrived meanwhile are queued first, then picked fairly.
-  spawner.whenStartsBelow(START_WINDOW, () => setImmediate(drain));
+  setImmediate(drain);
 }
 
 port.on('message', (m: ToThread) => {

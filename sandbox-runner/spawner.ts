@@ -154,9 +154,6 @@ export class Spawner {
   private helper: ChildProcess | null = null;
   private nextId = 1;
   private readonly children = new Map<number, RemoteChild>();
-  /** Starts asked of the helper and not yet answered, and who waits for fewer (whenStartsBelow). */
-  private readonly starting = new Set<number>();
-  private waiters: { limit: number; go: () => void }[] = [];
 
   /** Starts the helper now, so that the first exec does not wait for a Node start. */
   warm(): void {
@@ -181,7 +178,6 @@ export class Spawner {
     h.channel?.unref();
     h.on('message', (m: SpawnerReply, handle: unknown) => {
       const c = this.children.get(m.id);
-      if (m.op === 'spawned' || m.op === 'failed') this.started(m.id);
       if (m.op === 'exit' || m.op === 'failed') {
         this.children.delete(m.id);
         this.held();
@@ -203,7 +199,6 @@ export class Spawner {
         c.onReply({ op: 'failed', id: c.id, message: 'the spawner process exited' }, undefined);
       }
       this.children.clear();
-      for (const id of [...this.starting]) this.started(id);
     };
     h.on('error', lost);
     h.on('exit', lost);
@@ -215,27 +210,9 @@ export class Spawner {
     const id = this.nextId++;
     const child = new RemoteChild(id, (cid, signal) => this.send({ op: 'kill', id: cid, signal }));
     this.children.set(id, child);
-    this.starting.add(id);
     this.send({ op: 'spawn', id, file, args, ...options });
     this.held();
     return child;
-  }
-
-  /**
-   * Calls go once fewer than limit starts are outstanding at the helper. The helper serves its
-   * requests first come first served, one fork at a time: a caller that keeps its own queue fair
-   * (the exec thread's, by tenant) feeds it this way, so that the waiting happens in that queue.
-   */
-  whenStartsBelow(limit: number, go: () => void): void {
-    if (this.starting.size < limit) go();
-    else this.waiters.push({ limit, go });
-  }
-
-  private started(id: number): void {
-    if (!this.starting.delete(id)) return;
-    const ready = this.waiters.filter((w) => this.starting.size < w.limit);
-    this.waiters = this.waiters.filter((w) => this.starting.size >= w.limit);
-    for (const w of ready) w.go();
   }
 
   private held(): void {
@@ -246,10 +223,7 @@ export class Spawner {
   private send(m: SpawnerRequest): void {
     const h = this.process();
     h.send(m, (e: Error | null) => {
-      if (e && m.op === 'spawn') {
-        this.started(m.id);
-        this.children.get(m.id)?.onReply({ op: 'failed', id: m.id, message: e.message }, null);
-      }
+      if (e && m.op === 'spawn') this.children.get(m.id)?.onReply({ op: 'failed', id: m.id, message: e.message }, null);
     });
   }
 

@@ -105,22 +105,3 @@ t.test('close waits until the helper is gone', async (t) => {
   process.kill(await c.ready, 'SIGKILL');
   t.ok(dead(helper), 'no helper left (the runner removes its cgroup leaf next)');
 });
-
-t.test('whenStartsBelow: a caller feeds the helper no more than a window of starts at a time', async (t) => {
-  const sp = new Spawner();
-  t.teardown(() => sp.close());
-  const order: string[] = [];
-  sp.whenStartsBelow(1, () => order.push('idle'));
-  t.same(order, ['idle'], 'nothing outstanding: called at once');
-  const a = sp.spawn('true', [], { stdio: ['ignore', 'ignore', 'ignore'], env });
-  const b = sp.spawn('true', [], { stdio: ['ignore', 'ignore', 'ignore'], env });
-  const bad = sp.spawn('/nonexistent/program', [], { stdio: ['ignore', 'ignore', 'ignore'], env });
-  const below2 = new Promise<number>((r) => sp.whenStartsBelow(2, () => r(order.push('below2'))));
-  const below1 = new Promise<number>((r) => sp.whenStartsBelow(1, () => r(order.push('below1'))));
-  t.same(order, ['idle'], 'three starts outstanding: both wait');
-  await a.ready;
-  await b.ready;
-  await bad.ready.catch(() => undefined);
-  await Promise.all([below2, below1]);
-  t.same(order, ['idle', 'below2', 'below1'], 'the wider window opens first; a failed start counts as answered');
-});
