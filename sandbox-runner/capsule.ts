@@ -374,6 +374,8 @@ export class CapsuleManager {
           stderr: r.stderr,
           stdout_truncated: r.stdout_truncated,
           stderr_truncated: r.stderr_truncated,
+          ...(r.stdout_sha512 ? { stdout_sha512: r.stdout_sha512 } : {}),
+          ...(r.stderr_sha512 ? { stderr_sha512: r.stderr_sha512 } : {}),
           exit_code: r.exit_code,
           duration_ms: r.duration_ms,
           executed_at: executedAt,

@@ -1,6 +1,7 @@
 // One sandboxed exec: spawn, bounded output capture, timeout (SIGTERM, then
 // SIGKILL after a grace), OOM detection, and a final cgroup sweep so that no
 // process of the exec outlives it.
+import { createHash } from 'node:crypto';
 import { chownSync, readFileSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { constants } from 'node:os';
@@ -99,6 +100,8 @@ class Capture {
 }
 
 const { signals } = constants;
+
+const sha512Of = (text: string): string => `sha512:${createHash('sha512').update(text, 'utf8').digest('hex')}`;
 
 /**
  * Starts the wrapper of the next exec, waiting for "go". As the capsule's uid (libuv drops the
@@ -254,9 +257,13 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   const oom = oomSeen || oomKills(p.cgroup) > oomBefore;
   // The shell convention 128 + signal number, for any signal (not only KILL and TERM).
   const sigNum = signal ? signals[signal] : 0;
+  const stdout = out.text();
+  const stderr = err.text();
   return {
-    stdout: out.text(),
-    stderr: err.text(),
+    stdout,
+    stderr,
+    stdout_sha512: sha512Of(stdout),
+    stderr_sha512: sha512Of(stderr),
     stdout_truncated: out.truncated,
     stderr_truncated: err.truncated,
     exit_code: code ?? 128 + sigNum,

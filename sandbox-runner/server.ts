@@ -54,11 +54,17 @@ function handlers(d: ServerDeps): Handlers {
  * JSON-escaped (output-fit.ts) and flagged, so the result itself is never lost to its size.
  */
 function execAnswer(r: ExecResult, inBody: boolean): Result {
-  const { stdout, stderr, ...rest } = r;
+  const { stdout, stderr, stdout_sha512, stderr_sha512, ...rest } = r;
   if (inBody) {
     const out = Buffer.from(stdout, 'utf8');
     const err = Buffer.from(stderr, 'utf8');
-    const header: ExecResultHeader = { ...rest, stdout_bytes: out.length, stderr_bytes: err.length };
+    const header: ExecResultHeader = {
+      ...rest,
+      ...(stdout_sha512 ? { stdout_sha512 } : {}),
+      ...(stderr_sha512 ? { stderr_sha512 } : {}),
+      stdout_bytes: out.length,
+      stderr_bytes: err.length,
+    };
     return { result: header, body: Buffer.concat([out, err]) };
   }
   // Each stream gets half the frame header, less room for the other members.
@@ -72,6 +78,8 @@ function execAnswer(r: ExecResult, inBody: boolean): Result {
       stderr: e.text,
       stdout_truncated: r.stdout_truncated || o.cut,
       stderr_truncated: r.stderr_truncated || e.cut,
+      ...(stdout_sha512 && !o.cut ? { stdout_sha512 } : {}),
+      ...(stderr_sha512 && !e.cut ? { stderr_sha512 } : {}),
     } satisfies ExecResult,
   };
 }

@@ -155,6 +155,13 @@ export interface ExecResult {
   executed_at: string;
   timed_out: boolean;
   oom_killed: boolean;
+  /**
+   * `sha512:<hex>` of each stream's UTF-8 as returned, computed in the runner's exec thread so that
+   * no serving loop hashes a megabyte of output; absent from runners that predate it, and when
+   * the answer cut the stream (the hash would not be of what was returned).
+   */
+  stdout_sha512?: string;
+  stderr_sha512?: string;
 }
 
 /** exec's answer header in the output-in-body form: the frame body is stdout then stderr. */

@@ -444,8 +444,9 @@ export class CapsuleService {
           exit_code: result.exit_code,
           duration_ms: result.duration_ms,
           timed_out: result.timed_out,
-          stdout_hash: sha512Prefixed(result.stdout),
-          stderr_hash: sha512Prefixed(result.stderr),
+          // Hashed by the runner off every serving loop when it could; here otherwise.
+          stdout_hash: result.stdout_sha512 ?? sha512Prefixed(result.stdout),
+          stderr_hash: result.stderr_sha512 ?? sha512Prefixed(result.stderr),
           // The hashes are over the output as returned; a cut stream says so.
           ...(result.stdout_truncated ? { stdout_truncated: true } : {}),
           ...(result.stderr_truncated ? { stderr_truncated: true } : {}),

@@ -5,6 +5,7 @@
 // killed mid-exec yields a partial proof that says the command was running
 // and carries the runner's recovery wipe evidence.
 import t from 'tap';
+import { createHash } from 'node:crypto';
 import { verifyProof } from '../../shared/proof/index.js';
 import { RunnerClient } from '../../shared/node/runner-client.js';
 import { ReconnectingRunner } from '../../control-plane/runner/index.js';
@@ -88,6 +89,9 @@ for (const driver of DRIVERS) {
     t.equal(activity.at(-2).type, 'ActivityTruncated', 'the truncation is recorded at destroy, before it');
     const completed = activity.find((e) => e.type === 'ExecutionCompleted');
     t.equal(completed.stdout_truncated, true, 'the trail says the output hash is over a cut stream');
+    const sha = (text: string): string => `sha512:${createHash('sha512').update(text, 'utf8').digest('hex')}`;
+    t.equal(completed.stdout_hash, sha(loud.body.stdout), 'and it is the hash of the stdout answered');
+    t.equal(completed.stderr_hash, sha(loud.body.stderr));
     const v = verifyProof(d.body.cdp);
     t.ok(v.valid, `record verifies: ${JSON.stringify(v)}`);
     t.ok(verifyProof(d.body.audit_proof).valid, 'AuditProof verifies');

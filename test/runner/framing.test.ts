@@ -1,5 +1,6 @@
 // Frame codec bounds and a runner that survives garbage on its socket.
 import t from 'tap';
+import { createHash } from 'node:crypto';
 import { createConnection } from 'node:net';
 import { encodeFrame, FrameDecoder } from '../../shared/node/framing.js';
 import { startRunner } from '../helpers/runner.js';
@@ -113,4 +114,21 @@ t.test('exec answers in the output-in-body form when asked, and in the plain for
   t.equal(viaClient.stdout, res['stdout']);
   t.equal(viaClient.stderr, 'a\ufffdb');
   t.notOk('stdout_bytes' in viaClient);
+
+  // Each stream's hash, taken by the runner, is over the UTF-8 of the text as returned (the
+  // control plane records it in the trail instead of hashing a megabyte on its loop).
+  const sha = (text: string): string => `sha512:${createHash('sha512').update(text, 'utf8').digest('hex')}`;
+  t.equal(viaClient.stdout_sha512, sha(viaClient.stdout));
+  t.equal(viaClient.stderr_sha512, sha('a\ufffdb'), 'over the decoded text, not the invalid bytes');
+  t.equal(res['stderr_sha512'], sha('a\ufffdb'), 'plain form: the same');
+
+  // A stream the plain form had to cut carries no hash (it would not be of what was returned).
+  const big = "head -c 1048576 /dev/zero | tr '\\0' '\\1'";
+  const cut = (await answer(3, { capsule_id: 'forms', command: big, timeout_ms: 10_000 })).header['result'] as Record<
+    string,
+    unknown
+  >;
+  t.equal(cut['stdout_truncated'], true);
+  t.notOk('stdout_sha512' in cut);
+  t.equal(cut['stderr_sha512'], sha(''));
 });
