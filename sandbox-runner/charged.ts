@@ -5,8 +5,8 @@
 // Ownership"), so the runner opens each file itself (the O_NOFOLLOW and type
 // checks below) and hands the descriptors to a short-lived writer process
 // that first joins the capsule's writer leaf (a child of its memory cgroup,
-// see cgroup.ts) and copies the bytes from a pipe with dd. After its first
-// write, a capsule's next writer is started ahead of time, like the exec wrapper.
+// see cgroup.ts) and copies the bytes from a pipe with dd. A capsule's first
+// writer starts with the capsule, each next one ahead of time, like the exec wrapper.
 //
 // A full tmpfs gives ENOSPC (no_space); a capsule whose memory is full gets
 // its writer OOM-killed (also no_space); the runner's own memory is never
