@@ -54,26 +54,22 @@ function handlers(d: ServerDeps): Handlers {
  * JSON-escaped (output-fit.ts) and flagged, so the result itself is never lost to its size.
  */
 function execAnswer(r: ExecResult, inBody: boolean): Result {
-  const { stdout, stderr, stdout_sha512, stderr_sha512, ...rest } = r;
+  const { stdout, stderr, ...rest } = r;
   if (inBody) {
     const out = Buffer.from(stdout, 'utf8');
     const err = Buffer.from(stderr, 'utf8');
-    const header: ExecResultHeader = {
-      ...rest,
-      ...(stdout_sha512 ? { stdout_sha512 } : {}),
-      ...(stderr_sha512 ? { stderr_sha512 } : {}),
-      stdout_bytes: out.length,
-      stderr_bytes: err.length,
-    };
+    const header: ExecResultHeader = { ...rest, stdout_bytes: out.length, stderr_bytes: err.length };
     return { result: header, body: Buffer.concat([out, err]) };
   }
+  // A stream cut here loses its hash: it would not be of the text returned.
+  const { stdout_sha512, stderr_sha512, ...plain } = rest;
   // Each stream gets half the frame header, less room for the other members.
   const room = Math.floor((DEFAULT_FRAME_LIMITS.maxHeaderBytes - 64 * 1024) / 2);
   const o = fitJson(stdout, room);
   const e = fitJson(stderr, room);
   return {
     result: {
-      ...rest,
+      ...plain,
       stdout: o.text,
       stderr: e.text,
       stdout_truncated: r.stdout_truncated || o.cut,
