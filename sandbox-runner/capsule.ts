@@ -28,7 +28,7 @@ import type { SandboxObservation } from './exec.js';
 import { ExecHost, type PreparedRef } from './exec-host.js';
 import { validateFilename } from './files.js';
 import { mountinfoOfAsync, processesOwnedBy, swapActive, type NsName } from './host.js';
-import { baseEnv, wrapperUid, type SandboxSpec } from './sandbox.js';
+import { baseEnv, EXEC_DIR, wrapperUid, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { FileWorkers, type JobOwner } from './offloop.js';
@@ -194,6 +194,8 @@ export class CapsuleManager {
           mkdirSync(join(tmpfsDir, sub), { mode: 0o700 });
           chownSync(join(tmpfsDir, sub), uid, uid);
         }
+        // Root's: each exec's script is written here, seen read-only inside (sandbox.ts).
+        mkdirSync(join(tmpfsDir, EXEC_DIR), { mode: 0o755 });
         if (apps.length > 0) {
           const app = join(tmpfsDir, 'app');
           mkdirSync(app, { mode: 0o755 });
@@ -257,10 +259,11 @@ export class CapsuleManager {
       });
       const made = this.capsules.get(id)!;
       this.reweigh(tenant);
-      made.prepared = this.prepare(made);
-      // The first upload's writer too (a shell waiting in the capsule's writer leaf, charged to the
+      // The first upload's writer (a shell waiting in the capsule's writer leaf, charged to the
       // capsule): starting it on the upload's path cost that upload 7-8 ms. Next ones: takeWriter.
+      // Before the first exec's sandbox, whose set-up takes longer: uploads usually come first.
       made.writer = this.startWriter(made);
+      made.prepared = this.prepare(made);
       return {
         capsule_id: id,
         hostname,
@@ -273,7 +276,7 @@ export class CapsuleManager {
     }
   }
 
-  private spec(c: Capsule, command: string, env: Record<string, string>): SandboxSpec {
+  private spec(c: Capsule): SandboxSpec {
     return {
       tmpfsDir: c.record.tmpfs_dir,
       imageRoot: c.imageRoot,
@@ -281,8 +284,6 @@ export class CapsuleManager {
       hostUid: c.record.host_uid,
       hostname: c.hostname,
       hasApp: c.hasApp,
-      env: { ...c.env, ...env },
-      command,
       netnsPath: this.netns(c),
       caFile: c.record.egress ? join(c.record.tmpfs_dir, EGRESS_CA_FILE) : null,
       procMask: this.d.procMask ?? [],
@@ -294,13 +295,22 @@ export class CapsuleManager {
     return c.record.egress ? netnsPath(c.record.egress.netns) : null;
   }
 
-  private argFile(c: Capsule): string {
-    return join(c.record.tmpfs_dir, '.exec');
-  }
-
+  /**
+   * The next exec's wrapper. Its sandbox is set up ahead for a capsule's first exec (or destroy's
+   * probe: one is always used) and once a capsule has run two: a capsule that runs one exec and is
+   * destroyed would otherwise have every node-wide mount lock taken twice for it.
+   */
   private prepare(c: Capsule): PreparedRef {
     const uid = wrapperUid({ hostUid: c.record.host_uid, netnsPath: this.netns(c) });
-    return this.execs.prepare(this.tenantKey(c), procsFiles(c.record.cgroup), this.argFile(c), this.d.seccompPath, uid);
+    const ahead = c.execCount === 0 || c.execCount >= 2;
+    return this.execs.prepare(
+      this.tenantKey(c),
+      procsFiles(c.record.cgroup),
+      this.spec(c),
+      this.d.seccompPath,
+      uid,
+      ahead,
+    );
   }
 
   private startWriter(c: Capsule): PreparedRef {
@@ -354,10 +364,10 @@ export class CapsuleManager {
         const prepared = c.prepared;
         c.prepared = null;
         const r = await this.execs.run(this.tenantKey(c), {
-          spec: { ...this.spec(c, req.command, env), cwd },
+          spec: this.spec(c),
+          script: { command: req.command, env: { ...c.env, ...env }, ...(cwd === undefined ? {} : { cwd }) },
           cgroup: c.record.cgroup,
           seccompPath: this.d.seccompPath,
-          argFile: this.argFile(c),
           prepared,
           timeoutMs: req.timeout_ms,
           killGraceMs: bounds.killGraceMs,
@@ -494,10 +504,10 @@ export class CapsuleManager {
       c.prepared = null;
       await this.execs
         .run(this.tenantKey(c), {
-          spec: this.spec(c, 'true', {}),
+          spec: this.spec(c),
+          script: { command: 'true', env: c.env },
           cgroup: c.record.cgroup,
           seccompPath: this.d.seccompPath,
-          argFile: this.argFile(c),
           prepared,
           timeoutMs: 5000,
           killGraceMs: 100,

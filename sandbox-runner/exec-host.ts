@@ -13,6 +13,7 @@ import { within } from '../shared/time.js';
 import { RunnerError, type RunnerErrorCode } from '../shared/runner-error.js';
 import type { ExecOutcome, ExecParams, SandboxObservation } from './exec.js';
 import type { WriterResult } from './charged.js';
+import type { SandboxSpec } from './sandbox.js';
 import { detachEgress, type EgressDetached, type EgressState } from './egress.js';
 
 const THREAD_URL = new URL('./exec-thread.js', import.meta.url);
@@ -32,7 +33,15 @@ export type RunParams = Omit<ExecParams, 'clock' | 'prepared'> & { prepared: Pre
 export type ToThread = (Request & { key: string }) | { op: 'abort'; id: number } | { op: 'close' };
 
 type Request =
-  | { op: 'prepare'; id: number; procs: string[]; argFile: string; seccompPath: string; uid: number | null }
+  | {
+      op: 'prepare';
+      id: number;
+      procs: string[];
+      spec: SandboxSpec;
+      seccompPath: string;
+      uid: number | null;
+      ahead: boolean;
+    }
   | { op: 'wprepare'; id: number; writerProcs: string }
   | {
       op: 'write';
@@ -136,9 +145,19 @@ export class ExecHost {
     }
   }
 
-  /** Starts the next exec's wrapper in the exec thread (as `uid`, see wrapperUid; in the capsule's cgroups, waiting). */
-  prepare(key: string, procs: string[], argFile: string, seccompPath: string, uid: number | null): PreparedRef {
-    return this.hold(key, (id) => ({ op: 'prepare', id, procs, argFile, seccompPath, uid }));
+  /**
+   * Starts the next exec's wrapper in the exec thread (as `uid`, see wrapperUid; in the capsule's
+   * cgroups, waiting), its sandbox set up ahead of time if `ahead` (prepareExec).
+   */
+  prepare(
+    key: string,
+    procs: string[],
+    spec: SandboxSpec,
+    seccompPath: string,
+    uid: number | null,
+    ahead: boolean,
+  ): PreparedRef {
+    return this.hold(key, (id) => ({ op: 'prepare', id, procs, spec, seccompPath, uid, ahead }));
   }
 
   /** Starts a capsule's next writer (charged.ts) in the exec thread; it joins the writer leaf, then waits. */

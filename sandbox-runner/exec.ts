@@ -2,21 +2,22 @@
 // SIGKILL after a grace), OOM detection, and a final cgroup sweep so that no
 // process of the exec outlives it.
 import { createHash } from 'node:crypto';
-import { chownSync, readFileSync, writeFileSync } from 'node:fs';
+import { chownSync, rmSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { constants } from 'node:os';
 import { groupPids, killGroup, oomKills, procsFiles, signalGroup, type CapsuleCgroupPaths } from './cgroup.js';
 import type { Clock } from './clock.js';
 import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
 import {
-  argFileText,
-  BLOCK_FD,
+  execScriptText,
   GO_FD,
   HOST_PATH,
   INFO_FD,
   sandboxArgv,
+  scriptPath,
   wrapperArgv,
   wrapperUid,
+  type ExecScript,
   type SandboxSpec,
 } from './sandbox.js';
 import { RunnerError } from '../shared/runner-error.js';
@@ -38,23 +39,28 @@ export interface SandboxObservation {
   mounts: MountLine[];
 }
 
-/** A wrapper started ahead of time, waiting inside the capsule's cgroups for "go". */
+/** A sandbox started ahead of time inside the capsule's cgroups, waiting for its exec. */
 export interface Prepared {
   child: RemoteChild;
   alive: boolean;
   /** The uid it runs as (null: root, see wrapperUid). */
   uid: number | null;
+  /** Its sandbox argv (joined): a prepared sandbox serves only execs of the same shape. */
+  shape: string;
   /** Settles once it is in every cgroup of the capsule ("go" must wait for it); rejects if it could not be moved. */
   joined: Promise<void>;
+  /** Told its first "go": the sandbox is being (or has been) set up. */
+  started: boolean;
+  /** The sandbox's pid once it is set up and waits for its script; rejects if it ended first. */
+  ready: Promise<number>;
 }
 
 export interface ExecParams {
   spec: SandboxSpec;
+  script: ExecScript;
   cgroup: CapsuleCgroupPaths;
   seccompPath: string;
-  /** Root-only file on the capsule tmpfs the wrapper sources. */
-  argFile: string;
-  /** A prepared wrapper to use; a fresh one is started when absent or dead. */
+  /** A prepared sandbox to use; a fresh one is started when absent, dead or of another shape. */
   prepared?: Prepared | null;
   timeoutMs: number;
   killGraceMs: number;
@@ -65,15 +71,6 @@ export interface ExecParams {
   observeKind?: SandboxObservation['kind'];
   /** Lets the caller (destroy) abort the exec: kills the whole group. */
   onStart?: (abort: () => void) => void;
-}
-
-/** Whether pid is currently inside read(fd) (from /proc/<pid>/syscall: "0 0x<fd> ..."). */
-function blockedOnFd(pid: number, fd: number): boolean {
-  try {
-    return readFileSync(`/proc/${pid}/syscall`, 'utf8').startsWith(`0 0x${fd.toString(16)} `);
-  } catch {
-    return false;
-  }
 }
 
 class Capture {
@@ -104,19 +101,23 @@ const { signals } = constants;
 const sha512Of = (text: string): string => `sha512:${createHash('sha512').update(text, 'utf8').digest('hex')}`;
 
 /**
- * Starts the wrapper of the next exec, waiting for "go". As the capsule's uid (libuv drops the
- * groups, then the gid and uid, before exec), moved into the cgroups from here; as root (uid null)
- * it moves itself.
+ * Starts the wrapper of the next exec: it joins the capsule's cgroups (as the capsule's uid it is
+ * moved from here, libuv having dropped the groups, gid and uid before exec; as root, uid null, it
+ * moves itself) and waits for "go". With `ahead`, it is told at once and the sandbox sets itself up
+ * before the exec arrives; a sandbox nobody uses is set up and torn down for nothing, so that is
+ * for execs that are likely to come (a capsule's first; later ones of a capsule that runs many).
  */
 export function prepareExec(
   cgroupProcsFiles: string[],
-  argFile: string,
+  spec: SandboxSpec,
   seccompPath: string,
   uid: number | null,
+  ahead: boolean,
 ): Prepared {
-  const { file, args } = wrapperArgv(uid === null ? cgroupProcsFiles : [], argFile);
+  const argv = sandboxArgv(spec);
+  const { file, args } = wrapperArgv(uid === null ? cgroupProcsFiles : [], argv);
   const child = spawner.spawn(file, args, {
-    stdio: ['ignore', 'pipe', 'pipe', { open: seccompPath }, 'pipe', 'pipe', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe', { open: seccompPath }, 'pipe', 'pipe'],
     env: { PATH: HOST_PATH },
     ...(uid === null ? {} : { uid }),
   });
@@ -125,12 +126,47 @@ export function prepareExec(
       ? undefined
       : Promise.all(cgroupProcsFiles.map((f) => writeFile(f, String(pid)))).then(() => undefined),
   );
-  const p: Prepared = { child, alive: true, uid, joined };
-  joined.catch(() => {
-    // WARNING: a wrapper outside the capsule's cgroups must never be told "go".
-    p.alive = false;
-    child.kill('SIGKILL');
-  });
+  // Pipes arrive once the child exists (spawner.ts).
+  const ready = child.ready.then(
+    () =>
+      new Promise<number>((resolve, reject) => {
+        const info = child.stdio[INFO_FD];
+        const control = child.stdio[GO_FD];
+        if (!info || !control) return reject(new Error('sandbox pipes missing'));
+        let pid = 0;
+        let isReady = false;
+        const settle = (): void => {
+          if (pid && isReady) resolve(pid);
+        };
+        let text = '';
+        info.on('data', (b: Buffer) => {
+          if (pid) return;
+          text += b.toString('utf8');
+          const m = /"child-pid":\s*(\d+)/.exec(text);
+          if (m) {
+            pid = Number(m[1]);
+            settle();
+          }
+        });
+        control.on('data', () => {
+          isReady = true;
+          settle();
+        });
+        control.on('close', () => reject(new Error('the sandbox ended before it was set up')));
+      }),
+  );
+  ready.catch(() => undefined);
+  const p: Prepared = { child, alive: true, uid, shape: argv.join('\0'), joined, started: false, ready };
+  joined.then(
+    () => {
+      if (ahead) startSandbox(p);
+    },
+    () => {
+      // WARNING: a wrapper outside the capsule's cgroups must never be told "go".
+      p.alive = false;
+      child.kill('SIGKILL');
+    },
+  );
   child.on('exit', () => {
     p.alive = false;
   });
@@ -140,26 +176,32 @@ export function prepareExec(
   return p;
 }
 
+/** Its first "go" (only once it is in the capsule's cgroups). */
+function startSandbox(p: Prepared): void {
+  if (p.started) return;
+  p.started = true;
+  p.child.stdio[GO_FD]?.write('go\n');
+}
+
 // async: a failure before the exec starts is a rejection, never a synchronous
 // throw past a caller's .catch (destroy's probe relies on that).
 export async function runExec(p: ExecParams): Promise<ExecOutcome> {
-  const observing = p.observe !== undefined;
   const uid = wrapperUid(p.spec);
-  // A wrapper of another uid (the capsule's egress changed how it must start) is not used.
-  if (p.prepared && p.prepared.alive && p.prepared.uid !== uid) p.prepared.child.kill('SIGKILL');
-  const prepared =
-    p.prepared && p.prepared.alive && p.prepared.uid === uid
-      ? p.prepared
-      : prepareExec(procsFiles(p.cgroup), p.argFile, p.seccompPath, uid);
+  const shape = sandboxArgv(p.spec).join('\0');
+  // A sandbox of another shape or uid (the capsule's egress changed how it must start) is not used.
+  const fits = p.prepared?.alive === true && p.prepared.uid === uid && p.prepared.shape === shape;
+  if (p.prepared?.alive && !fits) p.prepared.child.kill('SIGKILL');
+  const prepared = fits ? p.prepared! : prepareExec(procsFiles(p.cgroup), p.spec, p.seccompPath, uid, false);
   const child = prepared.child;
+  const script = scriptPath(p.spec.tmpfsDir);
   try {
-    writeFileSync(p.argFile, argFileText(sandboxArgv({ ...p.spec, block: observing }), observing), { mode: 0o600 });
-    // Readable by the wrapper alone: root, or the capsule's uid (the file is never bound inside).
-    if (uid !== null) chownSync(p.argFile, uid, uid);
+    writeFileSync(script, execScriptText(p.script), { mode: 0o600 });
+    // Readable by the sandbox alone (the capsule's uid; the directory is root's and bound read-only).
+    chownSync(script, p.spec.hostUid, p.spec.hostUid);
   } catch (e) {
-    // WARNING: the wrapper already waits inside the capsule's cgroup; left alive it would hold a pid until destroy.
+    // WARNING: the sandbox already waits inside the capsule's cgroup; left alive it would hold pids until destroy.
     child.kill('SIGKILL');
-    // The capsule can fill its own tmpfs (blocks or inodes); the argument file lives there.
+    // The capsule can fill its own tmpfs (blocks or inodes); the script lives there.
     if ((e as NodeJS.ErrnoException).code === 'ENOSPC')
       throw new RunnerError('no_space', 'command: the capsule tmpfs is full (no room to start the exec)');
     throw e;
@@ -169,65 +211,39 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   } catch (e) {
     throw new RunnerError('internal', `exec wrapper could not join the capsule cgroups: ${(e as Error).message}`);
   }
+  startSandbox(prepared);
+  if (p.observe) {
+    // The sandbox is set up and waits: look at it before its command runs (best effort; an
+    // absent observation is reported as such).
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<number>((r) => (timer = setTimeout(() => r(0), 2000)));
+    const pid = await Promise.race([prepared.ready, late]).catch(() => 0);
+    clearTimeout(timer);
+    try {
+      if (pid)
+        p.observe({
+          kind: p.observeKind ?? 'first_exec',
+          at: p.clock.iso(),
+          pid,
+          namespaces: nsInodes(pid),
+          mounts: mountinfoOf(pid),
+        });
+    } catch {
+      /* the sandbox ended meanwhile */
+    }
+  }
   const oomBefore = oomKills(p.cgroup);
   const start = p.clock.monotonicMs();
-  const stdio = child.stdio;
-  stdio[GO_FD]!.end('go\n');
+  child.stdio[GO_FD]?.end('go\n');
   const out = new Capture(p.maxOutputBytes);
   const err = new Capture(p.maxOutputBytes);
   child.stdout!.on('data', (b: Buffer) => out.push(b));
   child.stderr!.on('data', (b: Buffer) => err.push(b));
-  const info = stdio[INFO_FD] ?? null;
-  const block = stdio[BLOCK_FD] ?? null;
-  if (!observing) block?.end();
-  let released = false;
-  const release = (): void => {
-    if (released || !block || !observing) return;
-    released = true;
-    block.end('g');
-  };
-  if (info && p.observe) {
-    let text = '';
-    info.on('data', (b: Buffer) => {
-      text += b.toString('utf8');
-      const m = /"child-pid":\s*(\d+)/.exec(text);
-      if (m) {
-        const pid = Number(m[1]);
-        text = '';
-        // info-fd fires right after clone(); the sandbox is fully set up only
-        // once the child sits in read(BLOCK_FD). Wait for that, then look.
-        const deadline = p.clock.monotonicMs() + 2000;
-        const look = (): void => {
-          if (released) return;
-          if (!blockedOnFd(pid, BLOCK_FD) && p.clock.monotonicMs() < deadline) {
-            setTimeout(look, 1);
-            return;
-          }
-          try {
-            if (blockedOnFd(pid, BLOCK_FD))
-              p.observe?.({
-                kind: p.observeKind ?? 'first_exec',
-                at: p.clock.iso(),
-                pid,
-                namespaces: nsInodes(pid),
-                mounts: mountinfoOf(pid),
-              });
-          } catch {
-            /* observation is best effort; absence is reported as such */
-          }
-          release();
-        };
-        look();
-      }
-    });
-    info.on('end', () => setTimeout(release, 2000).unref());
-  } else info?.resume();
 
   let timedOut = false;
   let oomSeen = false;
   let killTimer: NodeJS.Timeout | null = null;
   const abort = (): void => {
-    release();
     signalGroup(p.cgroup, 'SIGKILL');
     child.kill('SIGKILL');
   };
@@ -248,6 +264,8 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   }, 50);
 
   const [code, signal] = await child.closed;
+  // The script held this exec's env: it is not left for the next one to read.
+  rmSync(script, { force: true });
   clearTimeout(timeout);
   if (killTimer) clearTimeout(killTimer);
   clearInterval(oomPoll);

@@ -1,19 +1,25 @@
-// Builds the command line of one sandboxed exec (isolation layers 1-4 and 6):
+// Builds the command line of one capsule sandbox (isolation layers 1-4 and 6),
+// started ahead of the exec that will use it:
 //
-//   /bin/sh -c 'read go; . <argfile>'  (the capsule's unprivileged host uid U, pre-started by the
-//                                       runner with uid U and moved into the capsule cgroups by it)
-//     exec bwrap --unshare-{user,ipc,pid,uts,net,cgroup-try} ... --seccomp 3 --info-fd 4
-//       /bin/sh -c <command>           (uid 1000 inside, no capabilities, no_new_privs set by bwrap)
+//   /bin/sh -c 'read go; exec bwrap ...'  (the capsule's unprivileged host uid U, pre-started by the
+//                                          runner with uid U and moved into the capsule cgroups by it)
+//     bwrap --unshare-{user,ipc,pid,uts,net,cgroup-try} ... --seccomp 3 --info-fd 4
+//       /bin/sh -c 'printf r >&5; read go <&5; . /capsule/exec/script'   (uid 1000 inside, no
+//                                          capabilities, no_new_privs and seccomp set by bwrap)
+//         exec /bin/sh -c <command>        (what the script ends with: cwd, env, then the command)
 //
 // With sealed egress the wrapper must enter the capsule's network namespace
 // first, which takes root: it starts as root, joins the cgroups itself, and
 //   exec nsenter --net=<netns> -- setpriv --reuid U --regid U --clear-groups ... bwrap ...
-// (wrapperUid says which). A cgroup move can cost an RCU grace period, so the
-// wrapper for the next exec is started ahead of time and waits on fd 5; the
-// exec writes the argfile (on the capsule tmpfs, readable by the wrapper
-// alone, never bound inside) and says "go". fd 3 carries the compiled
-// seccomp program, fd 4 receives bwrap's {"child-pid": N} so the runner can
-// observe the capsule.
+// (wrapperUid says which). The wrapper waits on fd 5 until it is in every
+// cgroup (a move can cost an RCU grace period). Told "go", it becomes the
+// sandbox, which sets itself up (namespaces, some 30 mounts: most of an
+// exec's kernel time) and says so on fd 5; a capsule's first sandbox does
+// all this before its exec arrives (see prepareExec). The exec writes its
+// script (cwd, env, command: no argv on the host carries the env) into the
+// capsule's exec directory, bound read-only inside, and says "go" again.
+// fd 3 carries the compiled seccomp program, fd 4 receives bwrap's
+// {"child-pid": N} so the runner can observe the capsule.
 import {
   chmodSync,
   cpSync,
@@ -32,10 +38,22 @@ export const INSIDE_UID = 1000;
 export const INSIDE_GID = 1000;
 export const SECCOMP_FD = 3;
 export const INFO_FD = 4;
-/** The pre-started wrapper waits for "go" on this fd. */
+/**
+ * The control socket. Two "go" lines arrive here: the pre-started wrapper reads the first (it is in
+ * the capsule's cgroups: start the sandbox), the set-up sandbox the second (its exec's script is
+ * written); dash's `read` takes one byte at a time from a socket, so neither reads the other's
+ * line. The other way, the set-up sandbox writes "r" (ready) before it waits.
+ */
 export const GO_FD = 5;
-/** Used only on observed execs: bwrap waits here, sandbox fully set up, until the runner has looked. */
-export const BLOCK_FD = 6;
+/** The capsule's exec directory (on its tmpfs, root-owned) and where the sandbox sees it (read-only). */
+export const EXEC_DIR = '.exec';
+export const EXEC_DIR_INSIDE = '/capsule/exec';
+const SCRIPT = 'script';
+
+/** Where an exec's script is written on the host (the sandbox reads it at EXEC_DIR_INSIDE). */
+export function scriptPath(tmpfsDir: string): string {
+  return join(tmpfsDir, EXEC_DIR, SCRIPT);
+}
 
 /**
  * /etc entries a workload needs from the image (dynamic loader cache, TLS
@@ -153,6 +171,7 @@ export function procMaskArgs(dir: string): string[] {
   return args;
 }
 
+/** What a capsule's sandboxes share: everything but the exec (a prepared sandbox fits any exec of its capsule). */
 export interface SandboxSpec {
   /** Host directory of the capsule's tmpfs. */
   tmpfsDir: string;
@@ -163,12 +182,6 @@ export interface SandboxSpec {
   hostUid: number;
   hostname: string;
   hasApp: boolean;
-  env: Record<string, string>;
-  command: string;
-  /** Working directory inside (default /data). */
-  cwd?: string;
-  /** Hold the sandbox on BLOCK_FD before the command starts (observation). */
-  block?: boolean;
   /** Egress: enter this network namespace instead of unsharing one (see egress.ts). */
   netnsPath?: string | null;
   /** Egress: CA bundle file bound read-only at /etc/capsule-ca.pem. */
@@ -242,21 +255,24 @@ export function sandboxArgv(s: SandboxSpec): string[] {
     join(s.tmpfsDir, 'tmp'),
     '/tmp',
     ...(s.hasApp ? ['--ro-bind', join(s.tmpfsDir, 'app'), '/capsule/app'] : []),
+    '--ro-bind',
+    join(s.tmpfsDir, EXEC_DIR),
+    EXEC_DIR_INSIDE,
     '--remount-ro',
     '/',
     '--chdir',
-    s.cwd ?? '/data',
+    '/data',
     '--clearenv',
-    ...Object.entries(s.env).flatMap(([k, v]) => ['--setenv', k, v]),
     '--seccomp',
     String(SECCOMP_FD),
     '--info-fd',
     String(INFO_FD),
-    ...(s.block ? ['--block-fd', String(BLOCK_FD)] : []),
     '--',
     '/bin/sh',
     '-c',
-    s.command,
+    // Builtins only until the script's exec; 125 (as env(1)) when the runner went away meanwhile.
+    `printf r >&${GO_FD}; read -r go <&${GO_FD} || exit 125; exec ${GO_FD}<&-; ` +
+      `[ "$go" = go ] || exit 125; . ${EXEC_DIR_INSIDE}/${SCRIPT}`,
   ];
   const setpriv = [
     'setpriv',
@@ -307,22 +323,39 @@ function shq(w: string): string {
   return `'${w.replace(/'/g, `'\\''`)}'`;
 }
 
-/** The argfile the waiting wrapper sources: close the control fds, exec the sandbox. */
-export function argFileText(argv: string[], observing: boolean): string {
-  return `exec ${GO_FD}<&- ${observing ? '' : `${BLOCK_FD}<&- `}${argv.map(shq).join(' ')}\n`;
+/** One exec in a prepared sandbox: what its script sets up before the command. */
+export interface ExecScript {
+  command: string;
+  env: Record<string, string>;
+  /** Working directory inside (default /data, where the sandbox starts). */
+  cwd?: string;
+}
+
+/**
+ * The script a prepared sandbox sources for one exec (env names are shell
+ * names: request-checks.ts refuses any other). It ends in the same
+ * `/bin/sh -c <command>` a fresh sandbox ran, with the same environment.
+ */
+export function execScriptText(e: ExecScript): string {
+  const lines: string[] = [];
+  if (e.cwd !== undefined && e.cwd !== '/data') lines.push(`cd -- ${shq(e.cwd)} || exit 1`, 'unset OLDPWD');
+  for (const [k, v] of Object.entries(e.env)) lines.push(`export ${k}=${shq(v)}`);
+  lines.push(`exec /bin/sh -c ${shq(e.command)}`);
+  return `${lines.join('\n')}\n`;
 }
 
 /**
  * The wrapper started ahead of an exec: joins every cgroup of the capsule
- * (children inherit it, so nothing escapes accounting), then waits for "go".
+ * (children inherit it, so nothing escapes accounting), waits for "go", then
+ * becomes the sandbox (argv).
  */
-export function wrapperArgv(cgroupProcsFiles: string[], argFile: string): { file: string; args: string[] } {
+export function wrapperArgv(cgroupProcsFiles: string[], argv: string[]): { file: string; args: string[] } {
   const script =
     'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; ' +
-    `read -r go <&${GO_FD} || exit 125; [ "$go" = go ] || exit 125; . "$1"`;
+    `read -r go <&${GO_FD} || exit 125; [ "$go" = go ] || exit 125; exec "$@"`;
   return {
     file: '/bin/sh',
-    args: ['-c', script, 'capsule-exec', String(cgroupProcsFiles.length), ...cgroupProcsFiles, argFile],
+    args: ['-c', script, 'capsule-exec', String(cgroupProcsFiles.length), ...cgroupProcsFiles, ...argv],
   };
 }
 

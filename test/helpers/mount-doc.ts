@@ -20,8 +20,6 @@ export function documentedMountRows(): string[] {
       hostUid: 100000,
       hostname: 'capsule-000000000000',
       hasApp: true,
-      env: {},
-      command: 'true',
       netnsPath: '<capsule netns>',
       caFile: '<capsule tmpfs>/egress-ca.pem',
     });

@@ -7,7 +7,7 @@
 // - the runner sits in its own bounded cgroup;
 // - admission refuses (code `capacity`) a capsule the node cannot back.
 import t from 'tap';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { RunnerError } from '../../shared/runner-protocol.js';
 import { startRunner } from '../helpers/runner.js';
@@ -136,16 +136,51 @@ t.test('uploads held by the runner at once are bounded (a quarter of runner_memo
   const r = await startRunner({ options: { runner_memory_mb: '512', tmpfs_mb: '1024' } });
   t.teardown(() => r.stop());
   const c = r.client;
-  await c.create({ capsule_id: 'flood', memory_mb: 2048 }); // 1024 MB of storage: room for all twelve
+  const cap = await c.create({ capsule_id: 'flood', memory_mb: 2048 }); // 1024 MB of storage: room for all six
   const body = Buffer.alloc(60 * MB, 0x41); // three at once are over the 128 MB bound
-  const results = await Promise.all(
-    Array.from({ length: 6 }, (_, i) =>
-      c.upload('flood', `f${i}`, Buffer.from(body)).then(
-        () => 'ok',
-        (e: unknown) => (e instanceof RunnerError ? e.code : String(e)),
-      ),
+  // The capsule's writers (its uid) are stopped while the uploads arrive, so that they are held at
+  // once whatever this node's speed (a fast writer could otherwise finish each before the next).
+  let holding = true;
+  const capsuleProcs = (): number[] =>
+    readdirSync('/proc').flatMap((p) => {
+      try {
+        return /^\d+$/.test(p) && statSync(`/proc/${p}`).uid === cap.host_uid ? [Number(p)] : [];
+      } catch {
+        return [];
+      }
+    });
+  const signalAll = (sig: NodeJS.Signals): void => {
+    for (const pid of capsuleProcs())
+      try {
+        process.kill(pid, sig);
+      } catch {
+        /* gone */
+      }
+  };
+  const holder = (async () => {
+    while (holding) {
+      signalAll('SIGSTOP');
+      await new Promise((res) => setTimeout(res, 1));
+    }
+    signalAll('SIGCONT');
+  })();
+  let refusedOne!: () => void;
+  const refused = new Promise<void>((res) => (refusedOne = res));
+  const settled = Array.from({ length: 6 }, (_, i) =>
+    c.upload('flood', `f${i}`, Buffer.from(body)).then(
+      () => 'ok',
+      (e: unknown) => {
+        if (e instanceof RunnerError && e.code === 'capacity') refusedOne();
+        return e instanceof RunnerError ? e.code : String(e);
+      },
     ),
   );
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([refused, Promise.all(settled), new Promise((res) => (timer = setTimeout(res, 30_000)))]);
+  clearTimeout(timer);
+  holding = false;
+  await holder;
+  const results = await Promise.all(settled);
   t.ok(results.includes('capacity'), `some refused for a retry: ${results.join(',')}`);
   t.ok(results.includes('ok'), 'others accepted');
   t.ok(
