@@ -121,6 +121,17 @@ t.test('a sandbox set up ahead waits confined; its exec script is in no argv and
     timeout_ms: 10_000,
   });
   t.equal(second.stdout, 'script\n0\n[]\n', "only this exec's script: the first one's is gone, its env not inherited");
+  // Only bubblewrap's monitor, outside the sandbox, still holds the control socket (fd 5): not its pid 1.
+  const grab = await r.client.exec({
+    capsule_id: 'ahead',
+    command: 'ls /proc/1/fd; echo --; ls /proc/self/fd',
+    timeout_ms: 10_000,
+  });
+  t.equal(
+    grab.stdout,
+    '0\n1\n2\n7\n0\n1\n2\n3\n',
+    "pid 1 holds stdio and bwrap's eventfd; the command, stdio (ls: its own 3)",
+  );
   await r.client.destroy('ahead');
   t.same(waitingSandboxShells(cap.host_uid), [], 'none left after destroy');
 });
