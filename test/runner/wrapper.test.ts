@@ -127,11 +127,9 @@ t.test('a sandbox set up ahead waits confined; its exec script is in no argv and
     command: 'ls /proc/1/fd; echo --; ls /proc/self/fd',
     timeout_ms: 10_000,
   });
-  t.equal(
-    grab.stdout,
-    '0\n1\n2\n7\n0\n1\n2\n3\n',
-    "pid 1 holds stdio and bwrap's eventfd; the command, stdio (ls: its own 3)",
-  );
+  const [pid1Fds, ownFds] = grab.stdout.split('--\n').map((part) => part.split('\n').filter(Boolean));
+  t.notOk(pid1Fds?.includes('5'), `pid 1 does not hold it: ${pid1Fds?.join(' ')}`);
+  t.same(ownFds, ['0', '1', '2', '3'], 'the command has stdio only (3 is ls reading the directory)');
   await r.client.destroy('ahead');
   t.same(waitingSandboxShells(cap.host_uid), [], 'none left after destroy');
 });
