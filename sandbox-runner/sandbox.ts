@@ -50,6 +50,14 @@ export const EXEC_DIR = '.exec';
 export const EXEC_DIR_INSIDE = '/capsule/exec';
 const SCRIPT = 'script';
 
+/**
+ * What a set-up sandbox runs until its exec: builtins only until the script's exec; 125 (as
+ * env(1)) when the runner went away meanwhile.
+ */
+export const SANDBOX_WAIT =
+  `printf r >&${GO_FD}; read -r go <&${GO_FD} || exit 125; exec ${GO_FD}<&-; ` +
+  `[ "$go" = go ] || exit 125; . ${EXEC_DIR_INSIDE}/${SCRIPT}`;
+
 /** Where an exec's script is written on the host (the sandbox reads it at EXEC_DIR_INSIDE). */
 export function scriptPath(tmpfsDir: string): string {
   return join(tmpfsDir, EXEC_DIR, SCRIPT);
@@ -270,9 +278,7 @@ export function sandboxArgv(s: SandboxSpec): string[] {
     '--',
     '/bin/sh',
     '-c',
-    // Builtins only until the script's exec; 125 (as env(1)) when the runner went away meanwhile.
-    `printf r >&${GO_FD}; read -r go <&${GO_FD} || exit 125; exec ${GO_FD}<&-; ` +
-      `[ "$go" = go ] || exit 125; . ${EXEC_DIR_INSIDE}/${SCRIPT}`,
+    SANDBOX_WAIT,
   ];
   const setpriv = [
     'setpriv',

@@ -4,11 +4,12 @@
 // RunnerClient connected to it. Must run as root.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash, randomInt } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RunnerClient } from '../../shared/node/runner-client.js';
+import { SANDBOX_WAIT } from '../../sandbox-runner/sandbox.js';
 
 export const RUNNER_MAIN = fileURLToPath(new URL('../../sandbox-runner/main.js', import.meta.url));
 
@@ -153,19 +154,21 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
 }
 
 /**
- * The runner's wrapper waiting for a capsule's next exec: it runs as the capsule's uid but in the
- * host's pid namespace (no sandboxed process can be there) with argv `/bin/sh -c <script> capsule-exec`.
+ * A process the runner started ahead for a capsule's next exec: its wrapper (the capsule's uid, in
+ * the host's pid namespace, `/bin/sh -c <script> capsule-exec ...`) or, once that sandbox is set up
+ * ahead, bubblewrap, its pid 1 and the shell waiting inside: every one of them has the sandbox's
+ * waiting script in its argv (an exec's shell replaces it with its own command).
  */
 export function isWaitingWrapper(pid: string | number): boolean {
   try {
     const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-    return argv[3] === 'capsule-exec' && readlinkSync(`/proc/${pid}/ns/pid`) === readlinkSync('/proc/self/ns/pid');
+    return argv.includes(SANDBOX_WAIT);
   } catch {
     return false;
   }
 }
 
-/** Live (non-zombie) host processes owned by uid, now, less the runner's waiting exec wrapper. */
+/** Live (non-zombie) host processes owned by uid, now, less what waits for the capsule's next exec. */
 export function liveProcsNow(uid: number): number[] {
   const out: number[] = [];
   for (const p of readdirSync('/proc')) {

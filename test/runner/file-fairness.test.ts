@@ -15,6 +15,12 @@ t.test('small jobs never queue behind bulk; tenants take turns', async (t) => {
   const big = join(root, 'big');
   mkdirSync(big);
   writeFileSync(join(big, 'data'), Buffer.alloc(48 * MiB, 7));
+  // Tenant c's job is bulk too (above SMALL_JOB_BYTES) but a quarter of an a job: started fairly (after
+  // a0 or a1) it ends long before a4 even on a loaded node; started first come, first served (after
+  // a5) it ends among the last two.
+  const mid = join(root, 'mid');
+  mkdirSync(mid);
+  writeFileSync(join(mid, 'data'), Buffer.alloc(12 * MiB, 7));
   const small = join(root, 'small');
   mkdirSync(small);
   writeFileSync(join(small, 'out.txt'), 'result\n');
@@ -34,7 +40,7 @@ t.test('small jobs never queue behind bulk; tenants take turns', async (t) => {
   const t0 = performance.now();
   const jobs = [];
   for (let i = 0; i < 6; i++) jobs.push(track(`a${i}`, files.list(bigOwner('a', i), big, 64 * MiB)));
-  const c = track('c', files.list(bigOwner('c', 0), big, 64 * MiB));
+  const c = track('c', files.list({ capsule: 'c-0', tenant: 'c', bytes: 12 * MiB }, mid, 64 * MiB));
   let smallMs = 0;
   const b = track(
     'b',
@@ -51,12 +57,13 @@ t.test('small jobs never queue behind bulk; tenants take turns', async (t) => {
   t.equal(order.indexOf('b'), 0, `the small read finished first (order ${order.join(' ')})`);
   t.ok(smallMs < bulkMs / 4, `small read ${smallMs.toFixed(0)} ms against ${bulkMs.toFixed(0)} ms of bulk`);
   // Two threads: a0 and a1 start at once; c (tenant c, nothing running) starts next, before a2..a5.
-  // Only completions are seen, and c runs beside a2, so either may end first (seen in a loaded
-  // suite: b a1 a0 a2 c ...); first come, first served would have started c after a5, among the last two.
+  // Only completions are seen (seen in a loaded suite with c as large as the others: b a1 a0 a2 c ...,
+  // and once b a0 a1 a2 a3 a4 c a5, hence the smaller c); first come, first served would have
+  // started c after a5, so that it ended among the last two.
   const cAt = order.indexOf('c');
   t.ok(
     cAt >= 0 && cAt < order.length - 2,
     `tenant c's job went before tenant a's later ones (order ${order.join(' ')})`,
   );
-  t.ok(SMALL_JOB_BYTES >= 4096 && SMALL_JOB_BYTES < 48 * MiB);
+  t.ok(SMALL_JOB_BYTES >= 4096 && SMALL_JOB_BYTES < 12 * MiB, 'b is a small job, c and a are bulk');
 });
