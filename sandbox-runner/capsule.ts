@@ -79,6 +79,9 @@ export interface ManagerDeps {
   procMask?: string[];
 }
 
+/** How long a capsule stays idle after its first exec before its second exec's sandbox is set up. */
+const SECOND_SANDBOX_AFTER_MS = 250;
+
 /** Where prepareEtc put the /etc of an image root (one per distinct root). */
 export function etcDirFor(stateDir: string, imageRoot: string): string {
   return join(stateDir, 'etc', createHash('sha256').update(imageRoot).digest('hex').slice(0, 16));
@@ -297,13 +300,15 @@ export class CapsuleManager {
 
   /**
    * The next exec's wrapper. Its sandbox is set up ahead for a capsule's first exec (or destroy's
-   * probe: one is always used) and once a capsule has run two: a capsule that runs one exec and is
-   * destroyed would otherwise have every node-wide mount lock taken twice for it.
+   * probe: one is always used) and once a capsule has run two; after the first, only once the
+   * capsule has stayed idle SECOND_SANDBOX_AFTER_MS. A capsule that runs one exec and is destroyed
+   * (create, upload, exec, download, destroy) would otherwise have every node-wide mount lock taken
+   * twice for it; one that is used interactively waits longer than that between execs.
    */
   private prepare(c: Capsule): PreparedRef {
     const uid = wrapperUid({ hostUid: c.record.host_uid, netnsPath: this.netns(c) });
     const ahead = c.execCount === 0 || c.execCount >= 2;
-    return this.execs.prepare(
+    const ref = this.execs.prepare(
       this.tenantKey(c),
       procsFiles(c.record.cgroup),
       this.spec(c),
@@ -311,6 +316,11 @@ export class CapsuleManager {
       uid,
       ahead,
     );
+    if (!ahead)
+      setTimeout(() => {
+        if (c.prepared === ref && c.state === 'live' && c.running === 0) this.execs.setUpAhead(ref);
+      }, SECOND_SANDBOX_AFTER_MS).unref();
+    return ref;
   }
 
   private startWriter(c: Capsule): PreparedRef {

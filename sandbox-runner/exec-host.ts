@@ -53,6 +53,7 @@ type Request =
       hash: boolean[];
     }
   | { op: 'drop'; id: number }
+  | { op: 'start'; id: number }
   | {
       op: 'run';
       id: number;
@@ -213,6 +214,13 @@ export class ExecHost {
     this.worker.postMessage({ op: 'drop', id: ref.id, key: ref.key } satisfies ToThread);
     await within(gone, 2000).catch(() => undefined);
     this.drops.delete(ref.id);
+  }
+
+  /** Has a waiting wrapper set its sandbox up now, before its exec arrives (exec.ts prepareExec). */
+  setUpAhead(ref: PreparedRef): void {
+    if (!ref.alive || !this.worker) return;
+    // Queued after its own start (the same tenant's requests keep their order).
+    this.worker.postMessage({ op: 'start', id: ref.id, key: ref.key } satisfies ToThread);
   }
 
   /** One exec, run by the exec thread (with the prepared wrapper when it is still alive). */

@@ -2,7 +2,7 @@
 import { parentPort } from 'node:worker_threads';
 import { RunnerError } from '../shared/runner-error.js';
 import { systemClock } from './clock.js';
-import { prepareExec, runExec, type Prepared } from './exec.js';
+import { prepareExec, runExec, startSandbox, type Prepared } from './exec.js';
 import { prepareWriter, runWriter, type PreparedWriter } from './charged.js';
 import { attachEgress, detachEgress } from './egress.js';
 import type { FromThread, ThreadValue, ToThread } from './exec-host.js';
@@ -127,6 +127,16 @@ function handle(m: ToThread): void {
     case 'detach':
       reply(m.id, detachEgress(m.state));
       return;
+    case 'start': {
+      // Still held (not yet taken by its exec, not dropped): set it up now.
+      const h = held.get(m.id);
+      if (h && 'joined' in h && h.alive)
+        h.joined.then(
+          () => h.alive && startSandbox(h),
+          () => undefined,
+        );
+      return;
+    }
     case 'abort':
       if (aborts.has(m.id)) aborts.get(m.id)!();
       else aborted.add(m.id);

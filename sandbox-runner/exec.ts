@@ -177,7 +177,7 @@ export function prepareExec(
 }
 
 /** Its first "go" (only once it is in the capsule's cgroups). */
-function startSandbox(p: Prepared): void {
+export function startSandbox(p: Prepared): void {
   if (p.started) return;
   p.started = true;
   p.child.stdio[GO_FD]?.write('go\n');

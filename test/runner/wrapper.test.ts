@@ -48,6 +48,14 @@ t.test('the waiting wrapper runs as the capsule uid, unprivileged, in the capsul
   const cgroups = readFileSync(`/proc/${pids[0]}/cgroup`, 'utf8');
   t.match(cgroups, /memory[^\n]*\/wrap\n|^0::[^\n]*\/wrap\n/m, 'in the capsule memory cgroup');
 
+  // Idle a while after its first exec, the capsule has its second exec's sandbox set up ahead.
+  let shells: number[] = [];
+  for (let i = 0; i < 100 && shells.length === 0; i++) {
+    await new Promise((res) => setTimeout(res, 20));
+    shells = waitingSandboxShells(cap.host_uid);
+  }
+  t.equal(shells.length, 1, 'a set-up sandbox waits for the second exec');
+
   // It goes only when told: the next exec runs, and it is gone afterwards (a new one waits).
   const next = await r.client.exec({ capsule_id: 'wrap', command: 'echo again', timeout_ms: 10_000 });
   t.equal(next.stdout, 'again\n');
