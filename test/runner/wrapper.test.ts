@@ -19,6 +19,22 @@ function waitingWrappers(uid: number): number[] {
     .map(Number);
 }
 
+/** Polls find (started right after an answer, the processes may take a moment) for up to 2 s. */
+async function waitFor(find: () => number[]): Promise<number[]> {
+  let found: number[] = [];
+  for (let i = 0; i < 100 && found.length === 0; i++) {
+    await new Promise((res) => setTimeout(res, 20));
+    found = find();
+  }
+  return found;
+}
+
+/** A field of /proc/<pid>/status. */
+function statusOf(pid: number | undefined): (k: string) => string | undefined {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return (k) => new RegExp(`^${k}:[ \\t]*(.*)$`, 'm').exec(status)?.[1]?.trim();
+}
+
 t.test('the waiting wrapper runs as the capsule uid, unprivileged, in the capsule cgroups', async (t) => {
   const r = await startRunner();
   t.teardown(() => r.stop());
@@ -32,15 +48,9 @@ t.test('the waiting wrapper runs as the capsule uid, unprivileged, in the capsul
   t.match(first.stdout, /NoNewPrivs:\s+1/, 'no_new_privs inside (set by bwrap)');
   t.match(first.stdout, /CapEff:\s+0+\n/, 'no capabilities inside');
 
-  // The next exec's wrapper is started right after the answer; give it a moment.
-  let pids: number[] = [];
-  for (let i = 0; i < 50 && pids.length === 0; i++) {
-    await new Promise((res) => setTimeout(res, 20));
-    pids = waitingWrappers(cap.host_uid);
-  }
+  const pids = await waitFor(() => waitingWrappers(cap.host_uid));
   t.equal(pids.length, 1, 'one wrapper waits');
-  const status = readFileSync(`/proc/${pids[0]}/status`, 'utf8');
-  const field = (k: string) => new RegExp(`^${k}:[ \\t]*(.*)$`, 'm').exec(status)?.[1]?.trim();
+  const field = statusOf(pids[0]);
   t.same(field('Uid')?.split(/\s+/), Array(4).fill(String(cap.host_uid)), 'real, effective, saved and fs uid');
   t.same(field('Gid')?.split(/\s+/), Array(4).fill(String(cap.host_uid)));
   t.equal(field('Groups'), '', 'no supplementary groups');
@@ -49,12 +59,11 @@ t.test('the waiting wrapper runs as the capsule uid, unprivileged, in the capsul
   t.match(cgroups, /memory[^\n]*\/wrap\n|^0::[^\n]*\/wrap\n/m, 'in the capsule memory cgroup');
 
   // Idle a while after its first exec, the capsule has its second exec's sandbox set up ahead.
-  let shells: number[] = [];
-  for (let i = 0; i < 100 && shells.length === 0; i++) {
-    await new Promise((res) => setTimeout(res, 20));
-    shells = waitingSandboxShells(cap.host_uid);
-  }
-  t.equal(shells.length, 1, 'a set-up sandbox waits for the second exec');
+  t.equal(
+    (await waitFor(() => waitingSandboxShells(cap.host_uid))).length,
+    1,
+    'a set-up sandbox waits for the second exec',
+  );
 
   // It goes only when told: the next exec runs, and it is gone afterwards (a new one waits).
   const next = await r.client.exec({ capsule_id: 'wrap', command: 'echo again', timeout_ms: 10_000 });
@@ -93,14 +102,9 @@ t.test('a sandbox set up ahead waits confined; its exec script is in no argv and
   const r = await startRunner();
   t.teardown(() => r.stop());
   const cap = await r.client.create({ capsule_id: 'ahead', memory_mb: 64 });
-  let shells: number[] = [];
-  for (let i = 0; i < 100 && shells.length === 0; i++) {
-    await new Promise((res) => setTimeout(res, 20));
-    shells = waitingSandboxShells(cap.host_uid);
-  }
+  const shells = await waitFor(() => waitingSandboxShells(cap.host_uid));
   t.equal(shells.length, 1, 'the first exec finds its sandbox set up and waiting');
-  const status = readFileSync(`/proc/${shells[0]}/status`, 'utf8');
-  const field = (k: string) => new RegExp(`^${k}:[ \\t]*(.*)$`, 'm').exec(status)?.[1]?.trim();
+  const field = statusOf(shells[0]);
   t.same(field('Uid')?.split(/\s+/), Array(4).fill(String(cap.host_uid)), 'the capsule uid on the host');
   for (const k of ['CapInh', 'CapPrm', 'CapEff', 'CapAmb']) t.match(field(k), /^0+$/, `${k} empty`);
   t.equal(field('NoNewPrivs'), '1', 'no_new_privs');
