@@ -1,7 +1,6 @@
 // One sandboxed exec: spawn, bounded output capture, timeout (SIGTERM, then
 // SIGKILL after a grace), OOM detection, and a final cgroup sweep so that no
 // process of the exec outlives it.
-import { createHash } from 'node:crypto';
 import { chownSync, rmSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { constants } from 'node:os';
@@ -20,6 +19,7 @@ import {
   type ExecScript,
   type SandboxSpec,
 } from './sandbox.js';
+import { sha512Prefixed } from '../shared/node/sha512.js';
 import { RunnerError } from '../shared/runner-error.js';
 import { spawner, type RemoteChild } from './spawner.js';
 import type { ExecResult } from '../shared/runner-protocol.js';
@@ -97,8 +97,6 @@ class Capture {
 }
 
 const { signals } = constants;
-
-const sha512Of = (text: string): string => `sha512:${createHash('sha512').update(text, 'utf8').digest('hex')}`;
 
 /**
  * Starts the wrapper of the next exec: it joins the capsule's cgroups (as the capsule's uid it is
@@ -280,8 +278,8 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   return {
     stdout,
     stderr,
-    stdout_sha512: sha512Of(stdout),
-    stderr_sha512: sha512Of(stderr),
+    stdout_sha512: sha512Prefixed(stdout),
+    stderr_sha512: sha512Prefixed(stderr),
     stdout_truncated: out.truncated,
     stderr_truncated: err.truncated,
     exit_code: code ?? 128 + sigNum,

@@ -18,5 +18,4 @@ export const KEY_PREFIX_CHARS = 12;
 /** Keys are stored only as this digest. */
 export const hashApiKey = (key: string): string => createHash('sha256').update(key, 'utf8').digest('hex');
 
-export const sha512Prefixed = (b: Uint8Array | string): string =>
-  `sha512:${createHash('sha512').update(b).digest('hex')}`;
+export { sha512Prefixed } from '../../shared/node/sha512.js';
