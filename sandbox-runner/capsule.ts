@@ -28,7 +28,7 @@ import type { SandboxObservation } from './exec.js';
 import { ExecHost, type PreparedRef } from './exec-host.js';
 import { validateFilename } from './files.js';
 import { mountinfoOfAsync, processesOwnedBy, swapActive, type NsName } from './host.js';
-import { baseEnv, EXEC_DIR, wrapperUid, type SandboxSpec } from './sandbox.js';
+import { baseEnv, EXEC_DIR, type SandboxSpec } from './sandbox.js';
 import { isMounted, type Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { FileWorkers, type JobOwner } from './offloop.js';
@@ -306,14 +306,12 @@ export class CapsuleManager {
    * twice for it; one that is used interactively waits longer than that between execs.
    */
   private prepare(c: Capsule): PreparedRef {
-    const uid = wrapperUid({ hostUid: c.record.host_uid, netnsPath: this.netns(c) });
     const ahead = c.execCount === 0 || c.execCount >= 2;
     const ref = this.execs.prepare(
       this.tenantKey(c),
       procsFiles(c.record.cgroup),
       this.spec(c),
       this.d.seccompPath,
-      uid,
       ahead,
     );
     if (!ahead)

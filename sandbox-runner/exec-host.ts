@@ -39,7 +39,6 @@ type Request =
       procs: string[];
       spec: SandboxSpec;
       seccompPath: string;
-      uid: number | null;
       ahead: boolean;
     }
   | { op: 'wprepare'; id: number; writerProcs: string }
@@ -147,18 +146,11 @@ export class ExecHost {
   }
 
   /**
-   * Starts the next exec's wrapper in the exec thread (as `uid`, see wrapperUid; in the capsule's
+   * Starts the next exec's wrapper in the exec thread (as the uid wrapperUid gives; in the capsule's
    * cgroups, waiting), its sandbox set up ahead of time if `ahead` (prepareExec).
    */
-  prepare(
-    key: string,
-    procs: string[],
-    spec: SandboxSpec,
-    seccompPath: string,
-    uid: number | null,
-    ahead: boolean,
-  ): PreparedRef {
-    return this.hold(key, (id) => ({ op: 'prepare', id, procs, spec, seccompPath, uid, ahead }));
+  prepare(key: string, procs: string[], spec: SandboxSpec, seccompPath: string, ahead: boolean): PreparedRef {
+    return this.hold(key, (id) => ({ op: 'prepare', id, procs, spec, seccompPath, ahead }));
   }
 
   /** Starts a capsule's next writer (charged.ts) in the exec thread; it joins the writer leaf, then waits. */

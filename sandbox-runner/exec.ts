@@ -109,9 +109,9 @@ export function prepareExec(
   cgroupProcsFiles: string[],
   spec: SandboxSpec,
   seccompPath: string,
-  uid: number | null,
   ahead: boolean,
 ): Prepared {
+  const uid = wrapperUid(spec);
   const argv = sandboxArgv(spec);
   const { file, args } = wrapperArgv(uid === null ? cgroupProcsFiles : [], argv);
   const child = spawner.spawn(file, args, {
@@ -189,7 +189,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   // A sandbox of another shape or uid (the capsule's egress changed how it must start) is not used.
   const fits = p.prepared?.alive === true && p.prepared.uid === uid && p.prepared.shape === shape;
   if (p.prepared?.alive && !fits) p.prepared.child.kill('SIGKILL');
-  const prepared = fits ? p.prepared! : prepareExec(procsFiles(p.cgroup), p.spec, p.seccompPath, uid, false);
+  const prepared = fits ? p.prepared! : prepareExec(procsFiles(p.cgroup), p.spec, p.seccompPath, false);
   const child = prepared.child;
   const script = scriptPath(p.spec.tmpfsDir);
   try {
