@@ -20,6 +20,7 @@ import {
   type SandboxSpec,
 } from './sandbox.js';
 import { sha512Prefixed } from '../shared/node/sha512.js';
+import { within } from '../shared/time.js';
 import { RunnerError } from '../shared/runner-error.js';
 import { spawner, type RemoteChild } from './spawner.js';
 import type { ExecResult } from '../shared/runner-protocol.js';
@@ -213,10 +214,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   if (p.observe) {
     // The sandbox is set up and waits: look at it before its command runs (best effort; an
     // absent observation is reported as such).
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<number>((r) => (timer = setTimeout(() => r(0), 2000)));
-    const pid = await Promise.race([prepared.ready, late]).catch(() => 0);
-    clearTimeout(timer);
+    const pid = await within(prepared.ready, 2000).catch(() => 0);
     try {
       if (pid)
         p.observe({
