@@ -399,6 +399,7 @@ export class CapsuleManager {
           executed_at: executedAt,
           timed_out: r.timed_out,
           oom_killed: r.oom_killed,
+          process_limit_killed: r.process_limit_killed === true,
         };
       } finally {
         c.abortRunning = null;

@@ -372,6 +372,17 @@ export function oomKills(p: CapsuleCgroupPaths): number {
   }
 }
 
+/**
+ * Forks the kernel refused because the group was at pids.max, counted so far
+ * (`pids.events` "max": v2 in the capsule's group, v1 in its pids group).
+ */
+export function processLimitHits(p: CapsuleCgroupPaths): number {
+  const dir = p.mode === 'v2' ? p.memory : p.pids;
+  if (!dir) return 0;
+  const m = /^max (\d+)$/m.exec(read(join(dir, 'pids.events')) ?? '');
+  return m ? Number(m[1]) : 0;
+}
+
 /** Sends sig to every process of the group except `spare` (v2 SIGKILL uses cgroup.kill). */
 export function signalGroup(
   p: CapsuleCgroupPaths,

@@ -4,7 +4,15 @@
 import { chownSync, rmSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { constants } from 'node:os';
-import { groupPids, killGroup, oomKills, procsFiles, signalGroup, type CapsuleCgroupPaths } from './cgroup.js';
+import {
+  groupPids,
+  killGroup,
+  oomKills,
+  processLimitHits,
+  procsFiles,
+  signalGroup,
+  type CapsuleCgroupPaths,
+} from './cgroup.js';
 import type { Clock } from './clock.js';
 import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
 import {
@@ -26,6 +34,11 @@ import { spawner, type RemoteChild } from './spawner.js';
 import type { ExecResult } from '../shared/runner-protocol.js';
 
 /** The wire result less its timestamp (stamped by the caller), plus what the sweep found. */
+/** How often a running exec's OOM kills and process-limit refusals are looked at. */
+const BOUND_POLL_MS = 50;
+/** Consecutive looks that each find new refused forks before the exec is stopped. */
+const PROCESS_LIMIT_STRIKES = 2;
+
 export interface ExecOutcome extends Omit<ExecResult, 'executed_at'> {
   /** Processes still in the group after the exec ended, before the sweep killed them. */
   leftover_killed: number;
@@ -229,6 +242,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
     }
   }
   const oomBefore = oomKills(p.cgroup);
+  let limitHits = processLimitHits(p.cgroup);
   const start = p.clock.monotonicMs();
   child.stdio[GO_FD]?.end('go\n');
   const out = new Capture(p.maxOutputBytes);
@@ -238,6 +252,8 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
 
   let timedOut = false;
   let oomSeen = false;
+  let limitStrikes = 0;
+  let limitKilled = false;
   let killTimer: NodeJS.Timeout | null = null;
   const abort = (): void => {
     signalGroup(p.cgroup, 'SIGKILL');
@@ -251,13 +267,24 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
     signalGroup(p.cgroup, 'SIGTERM', child.pid ?? null);
     killTimer = setTimeout(abort, p.killGraceMs);
   }, p.timeoutMs);
-  // v1 has no group OOM kill: when the kernel killed one process, kill them all.
   const oomPoll = setInterval(() => {
+    // v1 has no group OOM kill: when the kernel killed one process, kill them all.
     if (!oomSeen && oomKills(p.cgroup) > oomBefore) {
       oomSeen = true;
       abort();
     }
-  }, 50);
+    // Forks refused at pids.max in two looks in a row: a fork loop, not a program that met the
+    // bound once. Stopped like an OOM, because every refused fork has already copied and torn
+    // down its address space under the kernel's per-file mapping locks (libc's, shared with
+    // every process on the node): left running, it stalls every tenant's process starts.
+    const hits = processLimitHits(p.cgroup);
+    limitStrikes = hits > limitHits ? limitStrikes + 1 : 0;
+    limitHits = hits;
+    if (limitStrikes >= PROCESS_LIMIT_STRIKES && !limitKilled) {
+      limitKilled = true;
+      abort();
+    }
+  }, BOUND_POLL_MS);
 
   const [code, signal] = await child.closed;
   // The script held this exec's env: it is not left for the next one to read.
@@ -285,6 +312,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
     duration_ms: Math.round(duration),
     timed_out: timedOut,
     oom_killed: oom,
+    process_limit_killed: limitKilled,
     leftover_killed: leftover,
   };
 }

@@ -156,6 +156,11 @@ export interface ExecResult {
   timed_out: boolean;
   oom_killed: boolean;
   /**
+   * Stopped (SIGKILL, exit 137) because its processes kept hitting the capsule's process bound
+   * (pids.max); absent from runners that predate it.
+   */
+  process_limit_killed?: boolean;
+  /**
    * `sha512:<hex>` of each stream's UTF-8 as returned, computed in the runner's exec thread so that
    * no serving loop hashes a megabyte of output; absent from runners that predate it, and when
    * the answer cut the stream (the hash would not be of what was returned).

@@ -67,6 +67,7 @@ export const ExecResult = obj({
   executed_at: ts,
   timed_out: z.boolean(),
   oom_killed: z.boolean(),
+  process_limit_killed: z.boolean(),
   stdout_truncated: z.boolean(),
   stderr_truncated: z.boolean(),
 });

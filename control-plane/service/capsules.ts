@@ -450,6 +450,8 @@ export class CapsuleService {
           // The hashes are over the output as returned; a cut stream says so.
           ...(result.stdout_truncated ? { stdout_truncated: true } : {}),
           ...(result.stderr_truncated ? { stderr_truncated: true } : {}),
+          // Stopped by the service: its processes kept hitting the capsule's process bound.
+          ...(result.process_limit_killed ? { process_limit_killed: true } : {}),
         };
         await this.d.store.appendActivity(
           c.id,

@@ -170,11 +170,35 @@ except OSError as e:
 "`,
       timeout_ms: 60000,
     });
+    const events = memDir ? keyed(join(memDir, 'pids.events')) : null;
+    const liveAfter = await liveProcs(hostUid);
+    // A loop that keeps forking at the bound: stopped by the runner (v2 reads pids.events in the capsule group).
+    const loop = await c.exec({
+      capsule_id: 'lim',
+      command: `python3 -c "
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(30); os._exit(0)
+    except OSError:
+        pass
+"`,
+      timeout_ms: 60000,
+    });
     return {
       stdout: res.stdout,
       stderr: res.stderr.slice(-500),
-      pids_events: memDir ? keyed(join(memDir, 'pids.events')) : null,
-      live_after: await liveProcs(hostUid),
+      process_limit_killed: res.process_limit_killed,
+      pids_events: events,
+      live_after: liveAfter,
+      loop: {
+        process_limit_killed: loop.process_limit_killed,
+        exit_code: loop.exit_code,
+        timed_out: loop.timed_out,
+        duration_ms: loop.duration_ms,
+      },
+      loop_live_after: await liveProcs(hostUid),
     };
   });
 

@@ -114,6 +114,11 @@ if (spawnSync('sh', ['-c', 'command -v qemu-system-x86_64']).status !== 0) {
     t.ok(m && Number(m[1]) < 64, `it stopped below pids.max (${m?.[1]})`);
     t.ok(pids['pids_events']?.['max'] >= 1, 'pids.events counts the refusals', { events: pids['pids_events'] });
     t.same(pids['live_after'], []);
+    t.equal(pids['process_limit_killed'], false, 'a program that met the bound once ran on');
+    t.equal(pids['loop']?.['process_limit_killed'], true, 'a loop forking at the bound was stopped', pids['loop']);
+    t.equal(pids['loop']?.['exit_code'], 137);
+    t.equal(pids['loop']?.['timed_out'], false, 'well before its timeout');
+    t.same(pids['loop_live_after'], [], 'nothing of the stopped loop survives');
 
     const to = s('timeout');
     t.equal(to['stubborn']?.['stdout'], 'armed\n', 'the TERM-ignoring workload was running when the timeout hit');

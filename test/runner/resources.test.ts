@@ -21,6 +21,27 @@ t.test('resource attacks and exec semantics', async (t) => {
     });
     t.ok(res.exit_code !== undefined);
     t.same(await liveProcs(cap.host_uid), [], 'no process survives the exec');
+    // A loop that keeps forking at the bound is stopped, not left to churn the node's kernel
+    // (every refused fork copies and tears down an address space) until its timeout.
+    const loop = await c.exec({
+      capsule_id: 'res',
+      command: `python3 -c "
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(30); os._exit(0)
+    except OSError:
+        pass
+"`,
+      timeout_ms: 6000,
+    });
+    t.equal(loop.process_limit_killed, true, 'stopped for hitting the process bound again and again');
+    t.equal(loop.exit_code, 137);
+    t.equal(loop.timed_out, false);
+    t.equal(loop.oom_killed, false);
+    t.ok(loop.duration_ms < 3000, `stopped ${loop.duration_ms} ms after its start, not at its 6 s timeout`);
+    t.same(await liveProcs(cap.host_uid), [], 'no process survives the stopped exec');
     const py = await c.exec({
       capsule_id: 'res',
       command: `python3 -c "
@@ -39,6 +60,8 @@ except OSError as e:
     const m = /stopped (\d+) 11/.exec(py.stdout);
     t.ok(m, `fork refused with EAGAIN: ${py.stdout} ${py.stderr}`);
     t.ok(m && Number(m[1]) < 64, 'at most pids.max processes');
+    t.equal(py.process_limit_killed, false, 'a program that meets the bound once and stops forking runs on');
+    t.equal(py.exit_code, 0);
     const after = await c.exec({ capsule_id: 'res', command: 'echo alive', timeout_ms: 5000 });
     t.equal(after.stdout, 'alive\n', 'capsule usable after the bomb');
   });

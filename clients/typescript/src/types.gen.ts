@@ -462,6 +462,7 @@ export type ExecResult = {
   executed_at: string;
   timed_out: boolean;
   oom_killed: boolean;
+  process_limit_killed: boolean;
   stdout_truncated: boolean;
   stderr_truncated: boolean;
   [member: string]: unknown;

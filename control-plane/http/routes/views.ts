@@ -56,6 +56,7 @@ export function execView(capsuleId: string, r: ExecResult): Record<string, unkno
     executed_at: r.executed_at,
     timed_out: r.timed_out,
     oom_killed: r.oom_killed,
+    process_limit_killed: r.process_limit_killed === true,
     stdout_truncated: r.stdout_truncated,
     stderr_truncated: r.stderr_truncated,
   };
