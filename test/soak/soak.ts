@@ -8,7 +8,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer as createHttpsServer } from 'node:https';
-import { connect, type Socket } from 'node:net';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -155,14 +154,9 @@ const ATTACKS: Attack[] = [
     async run(c) {
       // Half-open connections from another loopback source, a 200,000-deep JSON body
       // with an Idempotency-Key, and slow uploads; bounded so the soak itself stays polite.
-      const sockets: Socket[] = [];
-      const port = Number(new URL(c.baseUrl).port);
-      for (let i = 0; i < 1500; i++) {
-        const s = connect({ host: '127.0.0.1', port, localAddress: '127.0.0.2' });
-        s.on('error', () => undefined);
-        s.write('POST /v1/capsules HTTP/1.1\r\nHost: x\r\n');
-        sockets.push(s);
-      }
+      // The connections are held by a child process: in this one they would share the file
+      // descriptor limit with the victim's thread (twelve such attacks at once exhausted it).
+      const flood = holdHalfOpen(Number(new URL(c.baseUrl).port), 1500, 5000);
       const deep = '['.repeat(200_000) + ']'.repeat(200_000);
       const r = await c.api.req('POST', '/v1/capsules', {
         key: c.key,
@@ -170,11 +164,29 @@ const ATTACKS: Attack[] = [
         headers: { 'content-type': 'application/json', 'idempotency-key': randomBytes(8).toString('hex') },
       });
       if (r.status >= 500) throw new Error(`deep JSON answered ${r.status}`);
-      await new Promise((res) => setTimeout(res, 5000));
-      for (const s of sockets) s.destroy();
+      await flood;
     },
   },
 ];
+
+/** A child process that opens n connections from 127.0.0.2, sends half a request head on each, holds them for ms. */
+function holdHalfOpen(port: number, n: number, ms: number): Promise<void> {
+  const code = `
+    import { connect } from 'node:net';
+    const ss = [];
+    for (let i = 0; i < ${n}; i++) {
+      const s = connect({ host: '127.0.0.1', port: ${port}, localAddress: '127.0.0.2' });
+      s.on('error', () => {});
+      s.write('POST /v1/capsules HTTP/1.1\\r\\nHost: x\\r\\n');
+      ss.push(s);
+    }
+    setTimeout(() => process.exit(0), ${ms});`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', code], { stdio: 'ignore' });
+  return new Promise((resolve) => {
+    child.once('exit', () => resolve());
+    child.once('error', () => resolve());
+  });
+}
 
 function quantiles(xs: number[]): Quantiles {
   const s = [...xs].sort((a, b) => a - b);
