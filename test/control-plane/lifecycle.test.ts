@@ -598,6 +598,29 @@ for (const driver of DRIVERS) {
     });
     t.equal(oom.status, 200);
     t.equal(oom.body.oom_killed, true, `memory bomb OOM-killed: ${oom.text}`);
+    t.equal(oom.body.process_limit_killed, false);
+    // A loop forking at the process bound is stopped, and says so in the answer and the trail.
+    const forks = await api.req('POST', `/v1/capsules/${c.id}/exec`, {
+      key: u.key,
+      json: {
+        command: `python3 -c "
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(30); os._exit(0)
+    except OSError:
+        pass
+"`,
+        timeout: 30,
+      },
+    });
+    t.equal(forks.status, 200);
+    t.same(
+      [forks.body.process_limit_killed, forks.body.exit_code, forks.body.timed_out, forks.body.oom_killed],
+      [true, 137, false, false],
+      `fork loop stopped at the process bound: ${forks.text.slice(0, 300)}`,
+    );
     t.match(
       envelope(
         t,
@@ -624,14 +647,18 @@ for (const driver of DRIVERS) {
       destruction: 'complete',
     });
     const types = d.cdp.activity.map((e: any) => e.type);
-    t.same(types.slice(0, 6), [
+    t.same(types.slice(0, 8), [
       'CapsuleStarted',
       'ExecutionStarted',
       'ExecutionCompleted',
       'ExecutionStarted',
       'ExecutionOomKilled',
       'ExecutionStarted',
+      'ExecutionCompleted',
+      'ExecutionStarted',
     ]);
+    t.equal(d.cdp.activity[6].process_limit_killed, true, 'the trail records the stop at the process bound');
+    t.equal(d.cdp.activity[2].process_limit_killed, undefined, 'and nothing on an ordinary completion');
     t.equal(types.at(-1), 'DestructionInitiated', 'DestructionInitiated is last');
     t.equal(verifyProof(d.cdp).valid, true);
     const p = await pending;
