@@ -33,12 +33,12 @@ import { RunnerError } from '../shared/runner-error.js';
 import { spawner, type RemoteChild } from './spawner.js';
 import type { ExecResult } from '../shared/runner-protocol.js';
 
-/** The wire result less its timestamp (stamped by the caller), plus what the sweep found. */
 /** How often a running exec's OOM kills and process-limit refusals are looked at. */
 const BOUND_POLL_MS = 50;
 /** Consecutive looks that each find new refused forks before the exec is stopped. */
 const PROCESS_LIMIT_STRIKES = 2;
 
+/** The wire result less its timestamp (stamped by the caller), plus what the sweep found. */
 export interface ExecOutcome extends Omit<ExecResult, 'executed_at'> {
   /** Processes still in the group after the exec ended, before the sweep killed them. */
   leftover_killed: number;
@@ -267,7 +267,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
     signalGroup(p.cgroup, 'SIGTERM', child.pid ?? null);
     killTimer = setTimeout(abort, p.killGraceMs);
   }, p.timeoutMs);
-  const oomPoll = setInterval(() => {
+  const boundPoll = setInterval(() => {
     // v1 has no group OOM kill: when the kernel killed one process, kill them all.
     if (!oomSeen && oomKills(p.cgroup) > oomBefore) {
       oomSeen = true;
@@ -291,7 +291,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   rmSync(script, { force: true });
   clearTimeout(timeout);
   if (killTimer) clearTimeout(killTimer);
-  clearInterval(oomPoll);
+  clearInterval(boundPoll);
   const duration = p.clock.monotonicMs() - start;
   const leftover = groupPids(p.cgroup).length;
   if (leftover > 0) await killGroup(p.cgroup, 2000, false);
