@@ -43,7 +43,7 @@ import {
   type ProofRow,
 } from './entities.js';
 import type { Orm } from './orm.js';
-import { after, all, num, page, run } from './sql.js';
+import { after, all, insertRow, num, page, run } from './sql.js';
 import { MIGRATIONS } from './migrations.js';
 import { insertUsage } from './usage-store.js';
 import { insertOutbox } from './webhook-store.js';
@@ -126,6 +126,21 @@ function toPending(r: PendingRow): PendingProof {
 function conflict(e: unknown, message: string): never {
   if (e instanceof UniqueConstraintViolationException) throw new ApiError('resource_conflict', message, { cause: e });
   throw e;
+}
+
+/** Moves a capsule out of one of `from`, setting `set` (status and any other columns); rows changed, 0 or 1. */
+function moveCapsule(
+  em: SqlEntityManager,
+  id: string,
+  from: readonly CapsuleStatus[],
+  set: Partial<CapsuleRow>,
+): Promise<number> {
+  const cols = Object.keys(set);
+  return run(
+    em,
+    `update "capsules" set ${cols.map((c) => `"${c}" = ?`).join(', ')} where "id" = ? and "status" in (${from.map(() => '?').join(', ')})`,
+    [...Object.values(set), id, ...from],
+  );
 }
 
 export class SqlStore implements Store {
@@ -360,8 +375,8 @@ export class SqlStore implements Store {
         ) {
           return 'egress_profile_gone';
         }
-        await em.insert(CapsuleEntity, { ...row, activity_seq: 1 });
-        await em.insert(ActivityEntity, {
+        await insertRow(em, 'capsules', { ...row, activity_seq: 1 });
+        await insertRow(em, 'activity_events', {
           capsule_id: c.id,
           seq: 1,
           type: first.type,
@@ -406,7 +421,7 @@ export class SqlStore implements Store {
   ): Promise<boolean> {
     const set: Partial<CapsuleRow> = { status: to };
     if (destroyedAt !== undefined) set.destroyed_at = destroyedAt;
-    return (await this.em().nativeUpdate(CapsuleEntity, { id, status: { $in: [...from] } }, set)) > 0;
+    return (await moveCapsule(this.em(), id, from, set)) > 0;
   }
 
   async addUsage(id: string, executions: number, bytes: number, usage?: UsageEntry): Promise<void> {
@@ -468,14 +483,15 @@ export class SqlStore implements Store {
       if (!row) throw new ApiError('resource_not_found', 'capsule not found');
       const seq = num(row.activity_seq);
       if (stored)
-        await em.insert(ActivityEntity, { capsule_id: capsuleId, seq, type, at, fields: JSON.stringify(fields) });
+        await insertRow(em, 'activity_events', {
+          capsule_id: capsuleId,
+          seq,
+          type,
+          at,
+          fields: JSON.stringify(fields),
+        });
       if (side.usage) await insertUsage(em, side.usage, row.customer_id, capsuleId, num(row.billable) === 1);
-      if (side.move)
-        await em.nativeUpdate(
-          CapsuleEntity,
-          { id: capsuleId, status: { $in: [...side.move.from] } },
-          { status: side.move.to },
-        );
+      if (side.move) await moveCapsule(em, capsuleId, side.move.from, { status: side.move.to });
       return stored ? { seq, type, at, ...fields } : null;
     });
   }
@@ -564,7 +580,7 @@ export class SqlStore implements Store {
     usage: UsageEntry | null,
     billable: boolean,
   ): Promise<void> {
-    await em.insert(ProofEntity, {
+    await insertRow(em, 'proofs', {
       proof_id: p.proof_id,
       capsule_id: p.capsule_id,
       customer_id: p.customer_id,
@@ -586,7 +602,7 @@ export class SqlStore implements Store {
     try {
       await this.em().transactional(async (em) => {
         if (d.key) {
-          await em.insert(KeyEntity, {
+          await insertRow(em, 'signing_keys', {
             key_id: d.key.key_id,
             public_key: d.key.public_key,
             created_at: d.key.created_at,
@@ -614,7 +630,7 @@ export class SqlStore implements Store {
           );
         const set: Partial<CapsuleRow> = { status: d.status };
         if (d.destroyed_at !== null) set.destroyed_at = d.destroyed_at;
-        const moved = await em.nativeUpdate(CapsuleEntity, { id: d.capsule.id, status: { $in: [...d.from] } }, set);
+        const moved = await moveCapsule(em, d.capsule.id, d.from, set);
         if (moved !== 1) throw new ApiError('resource_conflict', 'capsule already destroyed');
         // Several runners: the capsule no longer occupies its runner.
         await this.run('delete from "capsule_placements" where "capsule_id" = ?', [d.capsule.id], em);

@@ -1,6 +1,7 @@
 // Small helpers the three SQL stores share: raw statements inside the
 // caller's transaction, the live-capsule count behind every "in use" check,
 // and keyset paging over (created_at, id).
+import { UniqueConstraintViolationException } from '@mikro-orm/core';
 import { BaseSqliteConnection, type SqlEntityManager } from '@mikro-orm/sql';
 import { CompiledQuery, type Kysely, type QueryResult } from 'kysely';
 import { LIVE_STATUSES } from '../domain/index.js';
@@ -44,6 +45,34 @@ export async function all<T>(em: SqlEntityManager, sql: string, params: unknown[
   const bound = await sqliteBound(em, sql, params);
   if (bound) return bound.rows as T[];
   return (await em.getConnection().execute(sql, params, 'all', em.getTransactionContext())) as T[];
+}
+
+/** A unique or primary-key violation from either driver, as the exception MikroORM's own writes throw. */
+function uniqueViolation(e: unknown): unknown {
+  const code = (e as { code?: unknown } | null)?.code;
+  return code === '23505' || code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY'
+    ? new UniqueConstraintViolationException(e as Error)
+    : e;
+}
+
+/**
+ * INSERT of one row with every value bound. MikroORM's insert inlines the
+ * values into its text (a proof record, tens of KB, parsed as SQL), so every
+ * text was new and prepared afresh; this text depends only on the table and
+ * the row's keys and is prepared once (statement-cache.ts). Table and column
+ * names come from code, never from a request.
+ */
+export async function insertRow(em: SqlEntityManager, table: string, row: Record<string, unknown>): Promise<void> {
+  const cols = Object.keys(row);
+  try {
+    await run(
+      em,
+      `insert into "${table}" (${cols.map((c) => `"${c}"`).join(', ')}) values (${cols.map(() => '?').join(', ')})`,
+      Object.values(row),
+    );
+  } catch (e) {
+    throw uniqueViolation(e);
+  }
 }
 
 /** Live capsules naming the row in `column`; call after locking that row so none can start meanwhile. */

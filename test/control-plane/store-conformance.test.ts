@@ -10,6 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { openStores, type Stores } from '../../control-plane/store/index.js';
 import type {
   Capsule,
+  CapsuleStatus,
   KeyStore,
   Limits,
   NewAccount,
@@ -291,6 +292,38 @@ async function conformance(t: Test, store: Store): Promise<void> {
     t.same([...counts].sort(), [1, 2, 3, 4, 5], 'concurrent hits each get their own count');
     t.equal(await store.countRateHit(key, 120_000), 1, 'a new window starts at 1');
     t.equal(await store.countRateHit(`${key}x`, 60_000), 1, 'keys are apart');
+  });
+
+  await t.test('a second proof for one capsule is a conflict and writes nothing', async (t) => {
+    const a = account('twice');
+    await store.createAccount(a);
+    t.equal(await store.reserveCapsule(a.customer_id, LIMITS, T0, true), 'ok');
+    const c = capsule(a.customer_id, 1);
+    t.equal(await store.insertCapsule(c, { type: 'CapsuleCreated', at: T0, fields: {} }, usage('capsule')), 'ok');
+    const proof = (n: number) => ({
+      proof_id: `prf_${hex(8)}`,
+      capsule_id: c.id,
+      customer_id: a.customer_id,
+      record: { n },
+      response: null,
+      partial: false,
+      created_at: T0,
+    });
+    const destroy = (n: number, from: CapsuleStatus[]) =>
+      store.recordDestruction({
+        capsule: c,
+        from,
+        status: 'destroyed',
+        destroyed_at: T0,
+        proof: proof(n),
+        key: null,
+        usage: { id: `use_${hex(8)}`, kind: 'proof', quantity: 1, at: T0 },
+      });
+    await destroy(1, ['active']);
+    // Past the status check (from 'destroyed'), the proof row itself must refuse the second one.
+    await t.rejects(destroy(2, ['destroyed']), { code: 'resource_conflict' });
+    t.same((await store.getProofByCapsule(c.id))?.record, { n: 1 }, 'the first proof stands');
+    t.equal((await store.getAccount(a.customer_id))?.cdps_this_cycle, 1, 'counted once: the second wrote nothing');
   });
 
   await t.test('two-phase signing: a buffered proof moves the status at once and is stored exactly once', async (t) => {
