@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { verifyProof } from '../../shared/proof/index.js';
-import { startRunner } from '../helpers/runner.js';
+import { FORK_LOOP_AT_BOUND, startRunner } from '../helpers/runner.js';
 import { DRIVERS, dbQuery, envelope, start, type Api } from './harness.js';
 
 const CLI = fileURLToPath(new URL('../../cli/capsule.js', import.meta.url));
@@ -603,15 +603,7 @@ for (const driver of DRIVERS) {
     const forks = await api.req('POST', `/v1/capsules/${c.id}/exec`, {
       key: u.key,
       json: {
-        command: `python3 -c "
-import os, time
-while True:
-    try:
-        if os.fork() == 0:
-            time.sleep(30); os._exit(0)
-    except OSError:
-        pass
-"`,
+        command: FORK_LOOP_AT_BOUND,
         timeout: 30,
       },
     });

@@ -159,6 +159,17 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
  * ahead, bubblewrap, its pid 1 and the shell waiting inside: every one of them has the sandbox's
  * waiting script in its argv (an exec's shell replaces it with its own command).
  */
+/** A command that keeps forking once at the capsule's process bound (each child sleeps), ignoring every EAGAIN. */
+export const FORK_LOOP_AT_BOUND = `python3 -c "
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            time.sleep(30); os._exit(0)
+    except OSError:
+        pass
+"`;
+
 export function isWaitingWrapper(pid: string | number): boolean {
   try {
     const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');

@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { release } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { CgroupManager, killGroup, removeGroup, RUNNER_LEAF } from '../../sandbox-runner/cgroup.js';
-import { liveProcs, startRunner, type StartedRunner } from '../helpers/runner.js';
+import { FORK_LOOP_AT_BOUND, liveProcs, startRunner, type StartedRunner } from '../helpers/runner.js';
 
 const CG = '/sys/fs/cgroup';
 /** Where systemd would put a `capsule serve` unit; the driver plays capsule serve (it spawns the runner). */
@@ -175,15 +175,7 @@ except OSError as e:
     // A loop that keeps forking at the bound: stopped by the runner (v2 reads pids.events in the capsule group).
     const loop = await c.exec({
       capsule_id: 'lim',
-      command: `python3 -c "
-import os, time
-while True:
-    try:
-        if os.fork() == 0:
-            time.sleep(30); os._exit(0)
-    except OSError:
-        pass
-"`,
+      command: FORK_LOOP_AT_BOUND,
       timeout_ms: 60000,
     });
     return {

@@ -3,7 +3,7 @@
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
-import { liveProcs, startRunner } from '../helpers/runner.js';
+import { FORK_LOOP_AT_BOUND, liveProcs, startRunner } from '../helpers/runner.js';
 
 t.test('resource attacks and exec semantics', async (t) => {
   const r = await startRunner({
@@ -25,15 +25,7 @@ t.test('resource attacks and exec semantics', async (t) => {
     // (every refused fork copies and tears down an address space) until its timeout.
     const loop = await c.exec({
       capsule_id: 'res',
-      command: `python3 -c "
-import os, time
-while True:
-    try:
-        if os.fork() == 0:
-            time.sleep(30); os._exit(0)
-    except OSError:
-        pass
-"`,
+      command: FORK_LOOP_AT_BOUND,
       timeout_ms: 6000,
     });
     t.equal(loop.process_limit_killed, true, 'stopped for hitting the process bound again and again');
