@@ -2,7 +2,7 @@
 import { parentPort } from 'node:worker_threads';
 import { RunnerError } from '../shared/runner-error.js';
 import { systemClock } from './clock.js';
-import { prepareExec, runExec, startSandbox, type Prepared } from './exec.js';
+import { prepareExec, runExec, setUpWhenJoined, type Prepared } from './exec.js';
 import { prepareWriter, runWriter, type PreparedWriter } from './charged.js';
 import { attachEgress, detachEgress } from './egress.js';
 import type { FromThread, ThreadValue, ToThread } from './exec-host.js';
@@ -130,11 +130,7 @@ function handle(m: ToThread): void {
     case 'start': {
       // Still held (not yet taken by its exec, not dropped): set it up now.
       const h = held.get(m.id);
-      if (h && 'joined' in h && h.alive)
-        h.joined.then(
-          () => h.alive && startSandbox(h),
-          () => undefined,
-        );
+      if (h && 'joined' in h) setUpWhenJoined(h);
       return;
     }
     case 'abort':

@@ -169,16 +169,12 @@ export function prepareExec(
   );
   ready.catch(() => undefined);
   const p: Prepared = { child, alive: true, uid, shape: argv.join('\0'), joined, started: false, ready };
-  joined.then(
-    () => {
-      if (ahead) startSandbox(p);
-    },
-    () => {
-      // WARNING: a wrapper outside the capsule's cgroups must never be told "go".
-      p.alive = false;
-      child.kill('SIGKILL');
-    },
-  );
+  joined.catch(() => {
+    // WARNING: a wrapper outside the capsule's cgroups must never be told "go".
+    p.alive = false;
+    child.kill('SIGKILL');
+  });
+  if (ahead) setUpWhenJoined(p);
   child.on('exit', () => {
     p.alive = false;
   });
@@ -188,8 +184,18 @@ export function prepareExec(
   return p;
 }
 
+/** Its sandbox set up as soon as it is in every cgroup of the capsule, if it is still alive then. */
+export function setUpWhenJoined(p: Prepared): void {
+  p.joined.then(
+    () => {
+      if (p.alive) startSandbox(p);
+    },
+    () => undefined,
+  );
+}
+
 /** Its first "go" (only once it is in the capsule's cgroups). */
-export function startSandbox(p: Prepared): void {
+function startSandbox(p: Prepared): void {
   if (p.started) return;
   p.started = true;
   p.child.stdio[GO_FD]?.write('go\n');

@@ -153,12 +153,6 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
   };
 }
 
-/**
- * A process the runner started ahead for a capsule's next exec: its wrapper (the capsule's uid, in
- * the host's pid namespace, `/bin/sh -c <script> capsule-exec ...`) or, once that sandbox is set up
- * ahead, bubblewrap, its pid 1 and the shell waiting inside: every one of them has the sandbox's
- * waiting script in its argv (an exec's shell replaces it with its own command).
- */
 /** A command that keeps forking once at the capsule's process bound (each child sleeps), ignoring every EAGAIN. */
 export const FORK_LOOP_AT_BOUND = `python3 -c "
 import os, time
@@ -170,6 +164,12 @@ while True:
         pass
 "`;
 
+/**
+ * A process the runner started ahead for a capsule's next exec: its wrapper (the capsule's uid, in
+ * the host's pid namespace, `/bin/sh -c <script> capsule-exec ...`) or, once that sandbox is set up
+ * ahead, bubblewrap, its pid 1 and the shell waiting inside: every one of them has the sandbox's
+ * waiting script in its argv (an exec's shell replaces it with its own command).
+ */
 export function isWaitingWrapper(pid: string | number): boolean {
   try {
     const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
