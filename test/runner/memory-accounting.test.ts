@@ -11,6 +11,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { RunnerError } from '../../shared/runner-protocol.js';
 import { startRunner } from '../helpers/runner.js';
+import { WRITER_LEAF } from '../../sandbox-runner/cgroup.js';
 
 const MB = 1024 * 1024;
 
@@ -138,13 +139,18 @@ t.test('uploads held by the runner at once are bounded (a quarter of runner_memo
   const c = r.client;
   const cap = await c.create({ capsule_id: 'flood', memory_mb: 2048 }); // 1024 MB of storage: room for all six
   const body = Buffer.alloc(60 * MB, 0x41); // three at once are over the 128 MB bound
-  // The capsule's writers (its uid) are stopped while the uploads arrive, so that they are held at
-  // once whatever this node's speed (a fast writer could otherwise finish each before the next).
+  // The capsule's writers are stopped while the uploads arrive, so that they are held at once
+  // whatever this node's speed (a fast writer could otherwise finish each before the next). They
+  // run as root in the capsule's writer leaf (charged.ts): found by that cgroup, not by uid.
   let holding = true;
+  const inWriterLeaf = new RegExp(`:memory:.*/flood/${WRITER_LEAF}$`, 'm');
   const capsuleProcs = (): number[] =>
     readdirSync('/proc').flatMap((p) => {
       try {
-        return /^\d+$/.test(p) && statSync(`/proc/${p}`).uid === cap.host_uid ? [Number(p)] : [];
+        return /^\d+$/.test(p) &&
+          (statSync(`/proc/${p}`).uid === cap.host_uid || inWriterLeaf.test(readFileSync(`/proc/${p}/cgroup`, 'utf8')))
+          ? [Number(p)]
+          : [];
       } catch {
         return [];
       }
