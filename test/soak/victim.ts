@@ -27,6 +27,13 @@ export interface VictimResult {
 
 /** Unmeasured lifecycles at the start of every victim thread. */
 const WARMUP = 2;
+/**
+ * Lifecycles start at most this often. The victim is a Team account (policies/tiers.yaml:
+ * 1,200 requests per minute) and a lifecycle is 5 requests: back to back on an idle node
+ * (about 40 ms each) it ran into its own rate limit, and its 429s were counted as failures.
+ * An ordinary account stays inside its limit: 5 requests per 300 ms is 1,000 a minute.
+ */
+const VICTIM_PACE_MS = 300;
 
 async function drive(o: VictimRun): Promise<VictimResult> {
   const api = new Api(o.baseUrl);
@@ -83,7 +90,12 @@ async function drive(o: VictimRun): Promise<VictimResult> {
   for (let i = 0; i < WARMUP; i++) await lifecycle();
   for (const k of Object.keys(steps)) delete steps[k];
   const lifecycles: number[] = [];
+  let nextStart = performance.now();
   for (let i = 0; o.count !== undefined ? i < o.count : Date.now() < (o.until ?? 0); i++) {
+    const wait = nextStart - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    // No catching up after a slow lifecycle: the next one starts a full pace after this one.
+    nextStart = performance.now() + VICTIM_PACE_MS;
     const ms = await lifecycle();
     if (ms !== null) lifecycles.push(ms);
   }
