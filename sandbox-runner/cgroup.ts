@@ -361,6 +361,62 @@ export function groupPids(p: CapsuleCgroupPaths): number[] {
   return [...seen];
 }
 
+/**
+ * Milliseconds the group's live processes have spent running or waiting to run, summed over
+ * them (/proc/<pid>/schedstat). Time waiting for a CPU counts: on a busy node a spinning
+ * process gets a small share of a core, but it is runnable all the time. A process that exited
+ * drops out of the sum, so callers take differences, clamped at zero.
+ */
+export function groupRunnableMs(p: CapsuleCgroupPaths): number {
+  let ns = 0;
+  for (const pid of groupPids(p)) {
+    const s = read(`/proc/${pid}/schedstat`);
+    if (s === null) continue;
+    const [run, wait] = s.split(' ');
+    ns += Number(run) + Number(wait);
+  }
+  return ns / 1e6;
+}
+
+/**
+ * Lowers a capsule's CPU weight while its exec runs CPU-bound and puts back what it found.
+ * The weight stays relative: a tenant's capsules keep the split CapsuleManager gave them, all
+ * divided alike. Best effort: without a cpu controller there is nothing to lower.
+ */
+export class CpuDemotion {
+  readonly #file: string | null;
+  #normal: string | null = null;
+  #lowered: string | null = null;
+
+  constructor(
+    p: CapsuleCgroupPaths,
+    private readonly divisor: number,
+  ) {
+    this.#file = p.mode === 'v2' ? join(p.memory, 'cpu.weight') : p.cpu ? join(p.cpu, 'cpu.shares') : null;
+  }
+
+  /** Lowers the weight; again if the runner re-weighed the capsule since (its value becomes the one to restore). */
+  lower(): void {
+    if (this.#file === null) return;
+    const now = read(this.#file);
+    if (now === null || now === this.#lowered) return;
+    const min = this.#file.endsWith('cpu.shares') ? 2 : 1;
+    const lowered = String(Math.max(min, Math.round(Number(now) / this.divisor)));
+    if (tryWrite(this.#file, lowered)) {
+      this.#normal = now;
+      this.#lowered = lowered;
+    }
+  }
+
+  /** Puts the weight back, unless someone set another since (destroy raises a dying capsule's). */
+  restore(): void {
+    if (this.#file === null || this.#normal === null) return;
+    if (read(this.#file) === this.#lowered) tryWrite(this.#file, this.#normal);
+    this.#normal = null;
+    this.#lowered = null;
+  }
+}
+
 /** OOM kills counted by the kernel for this group so far. */
 export function oomKills(p: CapsuleCgroupPaths): number {
   try {

@@ -5,6 +5,8 @@ import { chownSync, rmSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { constants } from 'node:os';
 import {
+  CpuDemotion,
+  groupRunnableMs,
   groupPids,
   killGroup,
   oomKills,
@@ -37,6 +39,17 @@ import type { ExecResult } from '../shared/runner-protocol.js';
 const BOUND_POLL_MS = 50;
 /** Consecutive looks that each find new refused forks before the exec is stopped. */
 const PROCESS_LIMIT_STRIKES = 2;
+/**
+ * An exec whose processes are runnable (running or waiting for a CPU) for more than CPU_BOUND_MS
+ * in a window of CPU_WINDOW_POLLS looks is CPU-bound batch work: its capsule's CPU weight is
+ * divided by CPU_BOUND_DIVISOR until it ends. It
+ * still gets every cycle nobody else wants, but a short command of another tenant runs ahead of
+ * it instead of waiting its turn behind every spinning capsule (measured: a victim's exec went
+ * from 11 to 50 ms p50 beside nine spinning capsules).
+ */
+const CPU_WINDOW_POLLS = 4;
+const CPU_BOUND_MS = 100;
+const CPU_BOUND_DIVISOR = 16;
 
 /** The wire result less its timestamp (stamped by the caller), plus what the sweep found. */
 export interface ExecOutcome extends Omit<ExecResult, 'executed_at'> {
@@ -260,6 +273,10 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   let oomSeen = false;
   let limitStrikes = 0;
   let limitKilled = false;
+  const demotion = new CpuDemotion(p.cgroup, CPU_BOUND_DIVISOR);
+  let cpuBound = false;
+  let polls = 0;
+  let runnableMs = groupRunnableMs(p.cgroup);
   let killTimer: NodeJS.Timeout | null = null;
   const abort = (): void => {
     signalGroup(p.cgroup, 'SIGKILL');
@@ -290,6 +307,13 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
       limitKilled = true;
       abort();
     }
+    if (++polls % CPU_WINDOW_POLLS === 0) {
+      const now = groupRunnableMs(p.cgroup);
+      if (now - runnableMs >= CPU_BOUND_MS) cpuBound = true;
+      runnableMs = now;
+      // Again at every window: a re-weigh by the runner (another capsule of the tenant came or went) undid it.
+      if (cpuBound) demotion.lower();
+    }
   }, BOUND_POLL_MS);
 
   const [code, signal] = await child.closed;
@@ -298,6 +322,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   clearTimeout(timeout);
   if (killTimer) clearTimeout(killTimer);
   clearInterval(boundPoll);
+  demotion.restore();
   const duration = p.clock.monotonicMs() - start;
   const leftover = groupPids(p.cgroup).length;
   if (leftover > 0) await killGroup(p.cgroup, 2000, false);
