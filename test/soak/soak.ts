@@ -72,6 +72,9 @@ interface AttackCtx {
   deadline: number;
 }
 
+/** Attackers' exec answers longer than this are drained unread (see Api.req's readUpTo). */
+const ATTACKER_READ_BYTES = 256 * 1024;
+
 const DEEP_DIRS = [
   'import os',
   "os.chdir('/data/output')",
@@ -400,6 +403,8 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
                     api.req('POST', `/v1/capsules/${capsule}/exec`, {
                       key: acc.key,
                       json: { command, ...(timeout ? { timeout } : {}) },
+                      // A real attacker's client runs elsewhere: its reading of huge answers is not the node's work.
+                      readUpTo: ATTACKER_READ_BYTES,
                     }),
                   );
                   if (r?.status === 200) answered++;
