@@ -197,11 +197,20 @@ except OSError as e:
   await section('timeout', async () => {
     // "armed" on stdout proves the trap was set before the timeout's SIGTERM came;
     // the timeout leaves twice what starting an exec took here (TCG speed varies with host load).
-    const stubborn = await c.exec({
+    const spinning = c.exec({
       capsule_id: 'lim',
       command: 'trap "" TERM; echo armed; while :; do :; done',
       timeout_ms: Math.max(1500, 2 * execMs),
     });
+    // A CPU-bound exec runs at a sixteenth of the capsule's cpu.weight until it ends.
+    const weights = new Set<string | null>();
+    let ended = false;
+    void spinning.finally(() => (ended = true));
+    while (!ended) {
+      weights.add(memDir ? read(join(memDir, 'cpu.weight')) : null);
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    const stubborn = await spinning;
     const bg = await c.exec({
       capsule_id: 'lim',
       command: '(sleep 300 &) ; setsid sleep 300 >/dev/null 2>&1 & echo started',
@@ -209,6 +218,8 @@ except OSError as e:
     });
     return {
       stubborn: { timed_out: stubborn.timed_out, exit_code: stubborn.exit_code, stdout: stubborn.stdout },
+      cpu_weights_while_spinning: [...weights],
+      cpu_weight_after: memDir ? read(join(memDir, 'cpu.weight')) : null,
       background_stdout: bg.stdout,
       live_after: await liveProcs(hostUid),
     };

@@ -124,6 +124,8 @@ if (spawnSync('sh', ['-c', 'command -v qemu-system-x86_64']).status !== 0) {
     t.equal(to['stubborn']?.['stdout'], 'armed\n', 'the TERM-ignoring workload was running when the timeout hit');
     t.equal(to['stubborn']?.['timed_out'], true);
     t.equal(to['stubborn']?.['exit_code'], 137, 'SIGKILLed (cgroup.kill) after the grace');
+    t.ok(to['cpu_weights_while_spinning']?.includes('3'), 'the spinning exec ran at 50 / 16', to);
+    t.equal(to['cpu_weight_after'], '50', 'its weight is back once it ended');
     t.equal(to['background_stdout'], 'started\n');
     t.same(to['live_after'], [], 'background and setsid processes did not outlive the exec');
 
