@@ -14,7 +14,7 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { availableParallelism, cpus } from 'node:os';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
-import { createPublicKey, verify as nodeVerify } from 'node:crypto';
+import { createPublicKey, hash, verify as nodeVerify } from 'node:crypto';
 import { verifyProof, nobleCrypto, fromBase64, type CryptoProvider } from '../shared/proof/index.js';
 import { createNodeCrypto, NODE_KEY_IMPORT } from '../shared/node/crypto-node.js';
 import { verifyLines } from '../cli/verify-pool.js';
@@ -160,6 +160,58 @@ async function main(): Promise<void> {
       `${label.padEnd(40)} ${fmt(batch / rounds)}  ${fmt(bare / rounds)}   ${(batch / bare).toFixed(3)}   (rounds: ${perRound.join(' ')})`,
     );
   }
+
+  // The floor the contract leaves: per proof only JSON.parse, the SHA-512 calls the verifier makes
+  // (the same inputs, recorded from it) and the signature check; nothing else, steady state.
+  console.log(
+    `\ncontract floor (JSON.parse + the ${hashInputs().length} SHA-512 calls + verify per proof), ${seconds} s per thread`,
+  );
+  for (const threads of [1, availableParallelism()]) {
+    const floor = (
+      await Promise.all(Array.from({ length: threads }, () => inWorkerFor({ floorMs: seconds * 1000 })))
+    ).reduce((a, x) => a + x, 0);
+    const bare = (await Promise.all(Array.from({ length: threads }, () => bareFor(seconds * 1000)))).reduce(
+      (a, x) => a + x,
+      0,
+    );
+    const label = `${threads} thread${threads > 1 ? 's' : ''}`;
+    console.log(`${label.padEnd(40)} ${fmt(floor)}  ${fmt(bare)}   ${(floor / bare).toFixed(3)}`);
+  }
+}
+
+/** The data verifyProof hashes for the vector, in order, with the output encoding it asks for. */
+function hashInputs(): { data: string | Uint8Array; enc: 'hex' | 'binary' }[] {
+  const rec: { data: string | Uint8Array; enc: 'hex' | 'binary' }[] = [];
+  const c = createNodeCrypto();
+  const spy: CryptoProvider = {
+    ...c,
+    sha512Hex: (d) => (rec.push({ data: Uint8Array.from(d), enc: 'hex' }), c.sha512Hex!(d)),
+    sha512Utf8Hex: (t) => (rec.push({ data: t, enc: 'hex' }), c.sha512Utf8Hex!(t)),
+    sha512Binary: (d) => (
+      rec.push({ data: typeof d === 'string' ? d : Uint8Array.from(d), enc: 'binary' }),
+      c.sha512Binary!(d)
+    ),
+  };
+  if (!verifyProof(doc, { crypto: spy }).valid) throw new Error('the vector does not verify');
+  return rec;
+}
+
+function floorLoop(ms: number): number {
+  const { msg, sig, keyObject } = signed();
+  const inputs = hashInputs();
+  const one = (): void => {
+    JSON.parse(text);
+    for (const x of inputs) hash('sha512', x.data, x.enc);
+    nodeVerify(null, msg, keyObject, sig);
+  };
+  for (let i = 0; i < 200; i++) one();
+  const t0 = performance.now();
+  let done = 0;
+  while (performance.now() - t0 < ms) {
+    for (let i = 0; i < BLOCK; i++) one();
+    done += BLOCK;
+  }
+  return done / ((performance.now() - t0) / 1000);
 }
 
 /** One batch verification in a fresh process; its wall time in ms. */
@@ -184,8 +236,13 @@ async function batchChild(n: number, threads: number): Promise<void> {
 
 /** Bare verifies (cached KeyObject) for ms of wall time in a worker; per second. */
 function bareFor(ms: number): Promise<number> {
+  return inWorkerFor({ bareMs: ms });
+}
+
+/** A bare or floor loop in a fresh worker; its rate per second. */
+function inWorkerFor(data: { bareMs: number } | { floorMs: number }): Promise<number> {
   return new Promise((resolve, reject) => {
-    const w = new Worker(new URL(import.meta.url), { workerData: { bareMs: ms } });
+    const w = new Worker(new URL(import.meta.url), { workerData: data });
     w.once('message', (m: number) => {
       resolve(m);
       void w.terminate();
@@ -218,6 +275,8 @@ if (isMainThread && process.argv[2] === '--batch') {
   });
 } else if ((workerData as { bareMs?: number }).bareMs !== undefined) {
   parentPort!.postMessage(bareLoop((workerData as { bareMs: number }).bareMs));
+} else if ((workerData as { floorMs?: number }).floorMs !== undefined) {
+  parentPort!.postMessage(floorLoop((workerData as { floorMs: number }).floorMs));
 } else {
   const { config, secs } = workerData as { config: Config; secs: number };
   parentPort!.postMessage(measure(config, secs));
