@@ -1,7 +1,8 @@
 // npm run bench:verify — proofs verified per second on one core for the 2.1
 // record vector, beside the bare node:crypto Ed25519 verify rate measured in
 // the same run (the floor: one signature check per proof), and the JSON-lines
-// batch on one and on all cores against bare verifies on as many threads.
+// batch on one and on all cores against bare verifies on as many threads,
+// and the floor the proof contract leaves (parse, hashing, signature only).
 // Prints figures; asserts nothing. BENCH_SECONDS, BENCH_LINES, BENCH_ROUNDS
 // change the sizes.
 //
