@@ -365,7 +365,7 @@ export function groupPids(p: CapsuleCgroupPaths): number[] {
  * Milliseconds the group's live processes have spent running or waiting to run, summed over
  * them (/proc/<pid>/schedstat). Time waiting for a CPU counts: on a busy node a spinning
  * process gets a small share of a core, but it is runnable all the time. A process that exited
- * drops out of the sum, so callers take differences, clamped at zero.
+ * drops out of the sum, so callers take differences (a drop counts as nothing).
  */
 export function groupRunnableMs(p: CapsuleCgroupPaths): number {
   let ns = 0;
@@ -379,9 +379,10 @@ export function groupRunnableMs(p: CapsuleCgroupPaths): number {
 }
 
 /**
- * Lowers a capsule's CPU weight while its exec runs CPU-bound and puts back what it found.
- * The weight stays relative: a tenant's capsules keep the split CapsuleManager gave them, all
- * divided alike. Best effort: without a cpu controller there is nothing to lower.
+ * Lowers a capsule's CPU weight while its exec runs CPU-bound and puts back what it found (a
+ * capsule's execs run one at a time: capsule.ts queues them). The weight stays relative: a
+ * tenant's capsules keep the split CapsuleManager gave them, all divided alike. Best effort:
+ * without a cpu controller there is nothing to lower.
  */
 export class CpuDemotion {
   readonly #file: string | null;
