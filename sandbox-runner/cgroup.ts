@@ -265,8 +265,8 @@ export class CgroupManager {
 
   /** Sets a live capsule's CPU weight (v2 scale; v1 cpu.shares = weight x 1024 / 100); best effort. */
   setCpuWeight(paths: CapsuleCgroupPaths, weight: number): void {
-    if (paths.mode === 'v2') tryWrite(join(paths.memory, 'cpu.weight'), String(Math.max(1, Math.round(weight))));
-    else if (paths.cpu) tryWrite(join(paths.cpu, 'cpu.shares'), String(Math.max(2, Math.round((weight * 1024) / 100))));
+    const w = weightFile(paths);
+    if (w) tryWrite(w.file, String(Math.max(w.min, Math.round(paths.mode === 'v2' ? weight : (weight * 1024) / 100))));
   }
 
   /**
@@ -361,6 +361,12 @@ export function groupPids(p: CapsuleCgroupPaths): number[] {
   return [...seen];
 }
 
+/** The file holding a capsule's CPU weight and its smallest value (v2 cpu.weight, v1 cpu.shares); null without a cpu controller. */
+function weightFile(p: CapsuleCgroupPaths): { file: string; min: number } | null {
+  if (p.mode === 'v2') return { file: join(p.memory, 'cpu.weight'), min: 1 };
+  return p.cpu ? { file: join(p.cpu, 'cpu.shares'), min: 2 } : null;
+}
+
 /**
  * Milliseconds the group's live processes have spent running or waiting to run, summed over
  * them (/proc/<pid>/schedstat). Time waiting for a CPU counts: on a busy node a spinning
@@ -385,7 +391,7 @@ export function groupRunnableMs(p: CapsuleCgroupPaths): number {
  * without a cpu controller there is nothing to lower.
  */
 export class CpuDemotion {
-  readonly #file: string | null;
+  readonly #w: { file: string; min: number } | null;
   #normal: string | null = null;
   #lowered: string | null = null;
 
@@ -393,17 +399,16 @@ export class CpuDemotion {
     p: CapsuleCgroupPaths,
     private readonly divisor: number,
   ) {
-    this.#file = p.mode === 'v2' ? join(p.memory, 'cpu.weight') : p.cpu ? join(p.cpu, 'cpu.shares') : null;
+    this.#w = weightFile(p);
   }
 
   /** Lowers the weight; again if the runner re-weighed the capsule since (its value becomes the one to restore). */
   lower(): void {
-    if (this.#file === null) return;
-    const now = read(this.#file);
+    if (this.#w === null) return;
+    const now = read(this.#w.file);
     if (now === null || now === this.#lowered) return;
-    const min = this.#file.endsWith('cpu.shares') ? 2 : 1;
-    const lowered = String(Math.max(min, Math.round(Number(now) / this.divisor)));
-    if (tryWrite(this.#file, lowered)) {
+    const lowered = String(Math.max(this.#w.min, Math.round(Number(now) / this.divisor)));
+    if (tryWrite(this.#w.file, lowered)) {
       this.#normal = now;
       this.#lowered = lowered;
     }
@@ -411,8 +416,8 @@ export class CpuDemotion {
 
   /** Puts the weight back, unless someone set another since (destroy raises a dying capsule's). */
   restore(): void {
-    if (this.#file === null || this.#normal === null) return;
-    if (read(this.#file) === this.#lowered) tryWrite(this.#file, this.#normal);
+    if (this.#w === null || this.#normal === null) return;
+    if (read(this.#w.file) === this.#lowered) tryWrite(this.#w.file, this.#normal);
     this.#normal = null;
     this.#lowered = null;
   }
