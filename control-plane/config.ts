@@ -81,6 +81,39 @@ export interface Config {
   /** Managed signing authority (CAPSULE_SIGNING_AUTHORITY_ID + CAPSULE_SIGNING_KEY_FILES); null = ephemeral keys. */
   signing: SigningConfig | null;
   webhooks: WebhookConfig;
+  /** Heavy tenants' turns at the API (control-plane/http/fair-gate.ts; docs/CONTROL_PLANE.md). */
+  fairGate: FairGateConfig;
+}
+
+/** Heavy tenants' turns at the API: the CAPSULE_FAIR_* settings. */
+export interface FairGateConfig {
+  /** Requests of heavy accounts in service at once while a light account is active; 0 turns the gate off. */
+  heavySlots: number;
+  /** Average requests in service lately at which an account counts as heavy. */
+  heavyLoad: number;
+  /** A heavy request gives its slot back after this even if it has not ended (long execs, slow uploads). */
+  leaseMs: number;
+  /** Held service time counts half after this long. */
+  halfLifeMs: number;
+  /** A light account's request keeps heavy accounts to their slots for this long. */
+  lightWindowMs: number;
+  /** A heavy request waits at most this long for a slot. */
+  maxWaitMs: number;
+}
+
+function fairGateConfig(env: NodeJS.ProcessEnv): FairGateConfig {
+  const raw = env.CAPSULE_FAIR_HEAVY_LOAD;
+  const heavyLoad = raw === undefined || raw === '' ? 1.5 : Number(raw);
+  if (!Number.isFinite(heavyLoad) || heavyLoad < 0.1 || heavyLoad > 10_000)
+    throw new ConfigError('CAPSULE_FAIR_HEAVY_LOAD: a number from 0.1 to 10000');
+  return {
+    heavySlots: intEnv(env, 'CAPSULE_FAIR_HEAVY_SLOTS', 1, 0, 10_000),
+    heavyLoad,
+    leaseMs: intEnv(env, 'CAPSULE_FAIR_LEASE_MS', 1000, 1, 600_000),
+    halfLifeMs: intEnv(env, 'CAPSULE_FAIR_HALF_LIFE_MS', 2000, 10, 3_600_000),
+    lightWindowMs: intEnv(env, 'CAPSULE_FAIR_LIGHT_WINDOW_MS', 1000, 1, 3_600_000),
+    maxWaitMs: intEnv(env, 'CAPSULE_FAIR_MAX_WAIT_MS', 10_000, 1, 600_000),
+  };
 }
 
 /** A managed signing authority: its id and the key file of each version (PKCS#8 PEM Ed25519). */
@@ -654,6 +687,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, over: ConfigOverrides = {}): 
     stripe: stripeConfig(env),
     signing: signingConfig(env),
     webhooks: webhookConfig(env),
+    fairGate: fairGateConfig(env),
   };
 }
 

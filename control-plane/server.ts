@@ -17,6 +17,7 @@ import {
   createApp,
   createMetrics,
   RateLimiter,
+  FairGate,
   servedRoutes,
   type ConnectionGuard,
   type ServedRoute,
@@ -233,6 +234,7 @@ export async function startControlPlane(
       60_000,
       config.database.driver === 'postgresql' ? (key, start) => store.countRateHit(key, start) : null,
     ),
+    gate: new FairGate(() => clock.nowMs(), config.fairGate),
     metrics,
     options: {
       docsUrl,

@@ -17,6 +17,7 @@ import { verifyPageRoutes } from './routes/verify-page.js';
 export type { AppDeps, HttpOptions } from './context.js';
 export { ERROR_TABLE, renderError } from './errors.js';
 export { RateLimiter } from './rate-limit.js';
+export { FairGate } from './fair-gate.js';
 export { createMetrics, type HttpMetrics } from './metrics.js';
 export { capConnectionsPerSource, type ConnectionGuard } from './connections.js';
 export { requireMfa } from './mfa.js';

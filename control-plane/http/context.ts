@@ -6,6 +6,7 @@ import type { HttpLimits } from '../config.js';
 import type { Caller, Clock, Random, Store } from '../domain/index.js';
 import type { Services } from '../service/index.js';
 import type { RateLimiter } from './rate-limit.js';
+import type { FairGate } from './fair-gate.js';
 import type { HttpMetrics } from './metrics.js';
 
 export interface HttpOptions {
@@ -26,6 +27,8 @@ export interface AppDeps {
   logger: Logger;
   options: HttpOptions;
   limiter: RateLimiter;
+  /** Tenants' turns at the service's work (authenticated requests). */
+  gate: FairGate;
   metrics: HttpMetrics;
 }
 

@@ -106,6 +106,8 @@ export function auth(d: AppDeps): Mw {
           extra: { retry_after: wait },
         });
     }
+    // The turn lasts until the answer is written (a long answer is written after the routes return).
+    ctx.res.once('close', await d.gate.enter(c.account.customer_id));
     await next();
   };
 }

@@ -1,0 +1,94 @@
+// Heavy tenants take turns at the API (control-plane/http/fair-gate.ts),
+// through the public API against a real runner: an account keeping three
+// capsules' execs in flight runs them side by side while it is alone, and one
+// at a time (CAPSULE_FAIR_HEAVY_SLOTS=1) while a light account is active,
+// whose requests never wait. The runner's executed_at and duration_ms say
+// when each exec really ran.
+import t from 'tap';
+import { startRunner } from '../helpers/runner.js';
+import { start, type Api } from './harness.js';
+
+interface Ran {
+  from: number;
+  to: number;
+}
+
+/** The most execs that ran at one moment. */
+function maxOverlap(runs: Ran[]): number {
+  const edges = runs.flatMap((r) => [
+    [r.from, 1],
+    [r.to, -1],
+  ]);
+  // Ends before starts at the same instant: back to back is not overlap.
+  edges.sort((a, b) => a[0]! - b[0]! || a[1]! - b[1]!);
+  let n = 0;
+  let max = 0;
+  for (const [, d] of edges) max = Math.max(max, (n += d!));
+  return max;
+}
+
+/** Three workers, one capsule each, running `sleep 0.3` back to back until `until`; what ran after `from`. */
+async function heavyLoad(api: Api, key: string, capsules: string[], until: number, from: number): Promise<Ran[]> {
+  const runs: Ran[] = [];
+  await Promise.all(
+    capsules.map(async (id) => {
+      while (Date.now() < until) {
+        const r = await api.req('POST', `/v1/capsules/${id}/exec`, { key, json: { command: 'sleep 0.3' } });
+        if (r.status !== 200) throw new Error(`heavy exec ${r.status} ${r.text}`);
+        const start = Date.parse(r.body.executed_at);
+        if (start >= from) runs.push({ from: start, to: start + r.body.duration_ms });
+      }
+    }),
+  );
+  return runs;
+}
+
+t.test('a heavy account takes turns while a light one is active, and only then', async (t) => {
+  const runner = await startRunner();
+  t.teardown(() => runner.stop());
+  const s = await start('sqlite', runner.client, {
+    CAPSULE_RATE_LIMITS: 'off',
+    CAPSULE_FAIR_HEAVY_SLOTS: '1',
+    CAPSULE_FAIR_LEASE_MS: '10000',
+    CAPSULE_FAIR_LIGHT_WINDOW_MS: '400',
+  });
+  t.teardown(s.close);
+  const { api } = s;
+  const heavy = await api.signup();
+  const light = await api.signup();
+  const capsules: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    const c = await api.req('POST', '/v1/capsules', { key: heavy.key, json: {} });
+    t.equal(c.status, 201, c.text);
+    capsules.push(c.body.id);
+  }
+
+  // Alone: its three execs run side by side (after 1.5 s it is heavy; nobody else asks).
+  let t0 = Date.now();
+  const alone = await heavyLoad(api, heavy.key, capsules, t0 + 3000, t0 + 1500);
+  t.ok(alone.length >= 6, `${alone.length} execs measured`);
+  t.ok(maxOverlap(alone) >= 2, `alone, up to ${maxOverlap(alone)} of its execs ran at once`);
+
+  // Beside a light account that asks every 100 ms: one exec at a time, and the light one is answered at once.
+  t0 = Date.now();
+  const lightMs: number[] = [];
+  let heavyDone = false;
+  const pinger = (async () => {
+    while (!heavyDone) {
+      const a = performance.now();
+      const r = await api.req('GET', '/v1/customers/me', { key: light.key });
+      if (r.status !== 200) throw new Error(`light ${r.status} ${r.text}`);
+      lightMs.push(performance.now() - a);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  const shared = await heavyLoad(api, heavy.key, capsules, t0 + 3000, t0 + 500);
+  heavyDone = true;
+  await pinger;
+  t.ok(shared.length >= 4, `${shared.length} execs measured`);
+  t.equal(maxOverlap(shared), 1, 'beside a light account, one heavy exec at a time');
+  const worst = Math.max(...lightMs);
+  t.ok(worst < 250, `the light account's slowest answer took ${worst.toFixed(0)} ms (heavy execs take 300+)`);
+
+  for (const id of capsules) await api.req('DELETE', `/v1/capsules/${id}`, { key: heavy.key });
+});
