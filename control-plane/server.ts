@@ -153,7 +153,12 @@ export async function startControlPlane(
     ...(opts.webhookResolver ? { resolver: opts.webhookResolver } : {}),
     log: (fields, msg) => logger.warn(fields, msg),
   });
-  const metrics = createMetrics(runner, () => store.queueDepths());
+  const gate = new FairGate(() => clock.nowMs(), config.fairGate);
+  const metrics = createMetrics(
+    runner,
+    () => store.queueDepths(),
+    () => gate.queued,
+  );
   const deps = {
     metrics,
     store,
@@ -234,7 +239,7 @@ export async function startControlPlane(
       60_000,
       config.database.driver === 'postgresql' ? (key, start) => store.countRateHit(key, start) : null,
     ),
-    gate: new FairGate(() => clock.nowMs(), config.fairGate),
+    gate,
     metrics,
     options: {
       docsUrl,

@@ -1,7 +1,8 @@
 // Prometheus metrics of one control plane (`GET /metrics`, text exposition
 // format): request rate and latency by route, method and status (exec and
 // destroy latency are their routes' series), proof signing time, queue
-// depths (unsigned proofs, webhook deliveries), the runner's capsules and
+// depths (unsigned proofs, webhook deliveries, heavy tenants' requests
+// waiting for their turn), the runner's capsules and
 // memory, and the process's own figures. One registry per control plane, so
 // several in one process (tests) never share counters. Route labels are the
 // router's patterns, never raw paths: ids cannot grow the series.
@@ -15,7 +16,11 @@ export interface HttpMetrics extends ServiceMetrics {
   observe(method: string, route: string | null, status: number, seconds: number): void;
 }
 
-export function createMetrics(runner: RunnerPort, queues: () => ReturnType<Store['queueDepths']>): HttpMetrics {
+export function createMetrics(
+  runner: RunnerPort,
+  queues: () => ReturnType<Store['queueDepths']>,
+  fairWaiting: () => number,
+): HttpMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'capsule_' });
   const requests = new Counter({
@@ -100,6 +105,15 @@ export function createMetrics(runner: RunnerPort, queues: () => ReturnType<Store
     'Webhook deliveries waiting to be made',
     (d) => d.webhook_deliveries_pending,
   );
+
+  new Gauge({
+    name: 'capsule_fair_gate_waiting',
+    help: "Heavy accounts' requests waiting for their turn (CAPSULE_FAIR_HEAVY_SLOTS)",
+    registers: [registry],
+    collect() {
+      this.set(fairWaiting());
+    },
+  });
 
   return {
     registry,

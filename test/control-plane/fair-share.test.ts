@@ -82,9 +82,17 @@ t.test('a heavy account takes turns while a light one is active, and only then',
       await new Promise((r) => setTimeout(r, 100));
     }
   })();
+  // Mid-phase, the operator sees the heavy account's requests waiting (two of its three workers).
+  const scrape = (async () => {
+    await new Promise((r) => setTimeout(r, 1500));
+    const m = await api.req('GET', '/metrics');
+    return Number(/^capsule_fair_gate_waiting (\d+)$/m.exec(m.text)?.[1] ?? -1);
+  })();
   const shared = await heavyLoad(api, heavy.key, capsules, t0 + 3000, t0 + 500);
   heavyDone = true;
   await pinger;
+  const waiting = await scrape;
+  t.ok(waiting >= 1, `capsule_fair_gate_waiting ${waiting} mid-phase`);
   t.ok(shared.length >= 4, `${shared.length} execs measured`);
   t.equal(maxOverlap(shared), 1, 'beside a light account, one heavy exec at a time');
   const worst = Math.max(...lightMs);
