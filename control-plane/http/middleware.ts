@@ -107,7 +107,10 @@ export function auth(d: AppDeps): Mw {
         });
     }
     // The turn lasts until the answer is written (a long answer is written after the routes return).
-    ctx.res.once('close', await d.gate.enter(c.account.customer_id));
+    const release = await d.gate.enter(c.account.customer_id);
+    // A client that went away while its request waited: 'close' has been and gone.
+    if (ctx.res.closed) release();
+    else ctx.res.once('close', release);
     await next();
   };
 }

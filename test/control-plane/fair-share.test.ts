@@ -51,6 +51,7 @@ t.test('a heavy account takes turns while a light one is active, and only then',
     CAPSULE_FAIR_HEAVY_SLOTS: '1',
     CAPSULE_FAIR_LEASE_MS: '10000',
     CAPSULE_FAIR_LIGHT_WINDOW_MS: '400',
+    CAPSULE_FAIR_HALF_LIFE_MS: '500',
   });
   t.teardown(s.close);
   const { api } = s;
@@ -97,6 +98,46 @@ t.test('a heavy account takes turns while a light one is active, and only then',
   t.equal(maxOverlap(shared), 1, 'beside a light account, one heavy exec at a time');
   const worst = Math.max(...lightMs);
   t.ok(worst < 250, `the light account's slowest answer took ${worst.toFixed(0)} ms (heavy execs take 300+)`);
+
+  // A waiting request whose client goes away ends there: its account's load decays as usual.
+  const pingFor = async (ms: number): Promise<void> => {
+    const end = Date.now() + ms;
+    while (Date.now() < end) {
+      await api.req('GET', '/v1/customers/me', { key: light.key });
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  const exec = (id: string, command: string, signal?: AbortSignal) =>
+    fetch(`${api.base}/v1/capsules/${id}/exec`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${heavy.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ command }),
+      ...(signal ? { signal } : {}),
+    });
+  const lighted = pingFor(1500);
+  const holder = exec(capsules[0]!, 'sleep 1');
+  await new Promise((r) => setTimeout(r, 100));
+  const gone = new AbortController();
+  const abandoned = exec(capsules[1]!, 'true', gone.signal).catch(() => 'aborted');
+  await new Promise((r) => setTimeout(r, 200));
+  gone.abort();
+  t.equal(await abandoned, 'aborted');
+  t.equal((await holder).status, 200);
+  await lighted;
+  await new Promise((r) => setTimeout(r, 3000)); // six half-lives
+  const lighted2 = pingFor(1500);
+  const again = await Promise.all(
+    capsules.slice(0, 2).map(async (id) => {
+      const asked = Date.now();
+      const r = await api.req('POST', `/v1/capsules/${id}/exec`, { key: heavy.key, json: { command: 'sleep 0.5' } });
+      const start = Date.parse(r.body.executed_at);
+      return { from: start, to: start + r.body.duration_ms, waited: start - asked };
+    }),
+  );
+  await lighted2;
+  t.equal(maxOverlap(again), 2, 'its load forgotten, the account is light again: side by side beside a light one');
+  const waited = Math.max(...again.map((r) => r.waited));
+  t.ok(waited < 400, `and at once: the later one started ${waited} ms after it was asked`);
 
   for (const id of capsules) await api.req('DELETE', `/v1/capsules/${id}`, { key: heavy.key });
 });
