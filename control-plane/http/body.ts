@@ -99,6 +99,8 @@ async function readBounded(ctx: Context, o: ReadOptions): Promise<Buffer> {
     const onEnd = (): void => done(null);
     const onError = (e: Error): void => done(e);
     const onClose = (): void => done(new Error('request closed before its end'));
+    // Closed already (its client went away while the request waited for its turn): 'close' will not come again.
+    if (req.destroyed) return onClose();
     req.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose);
     arm();
   });

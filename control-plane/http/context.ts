@@ -27,7 +27,7 @@ export interface AppDeps {
   logger: Logger;
   options: HttpOptions;
   limiter: RateLimiter;
-  /** Tenants' turns at the service's work (authenticated requests). */
+  /** Heavy tenants' turns at authenticated requests (fair-gate.ts). */
   gate: FairGate;
   metrics: HttpMetrics;
 }

@@ -1,22 +1,22 @@
 // Heavy tenants take turns; light tenants never wait. Each account's load is
 // the time its requests have spent in the service lately, from arrival to
 // answer (decaying by half every `halfLifeMs`, requests not yet answered
-// included), in units of one request always outstanding. An account at or above `heavyLoad` is heavy: while a
-// light account has been seen within `lightWindowMs`, heavy accounts together
-// have at most `heavySlots` requests in service, the rest waiting (least
-// loaded first, at most `maxWaitMs`). So a tenant who saturates the node
-// slows itself, not the light tenant beside it; alone, it is not held back.
+// included), in units of one request always outstanding. An account at or
+// above `heavyLoad` is heavy: while a light account has been seen within
+// `lightWindowMs`, heavy accounts together have at most `heavySlots` requests
+// in service, the rest waiting (least loaded account first, at most
+// `maxWaitMs`). So a tenant who saturates the node slows itself, not the
+// light tenant beside it; alone, it is not held back.
 //
-// A heavy slot is held until its request ends or for `leaseMs`, whichever
-// comes first: an exec that runs for minutes or a slow upload gives its slot
-// back after the lease, so the gate never holds the service idle.
+// A heavy slot is held until its answer is written or for `leaseMs`,
+// whichever comes first: an exec that runs for minutes or a slow upload
+// gives its slot back after the lease, so the gate never holds the service idle.
 import type { FairGateConfig } from '../config.js';
 
 export type Release = () => void;
 export type Timer = (ms: number, f: () => void) => () => void;
 
 interface Waiter {
-  account: string;
   admit: () => void;
   cancelWait: () => void;
 }
@@ -40,9 +40,11 @@ export class FairGate {
   private heavyBusy = 0;
   private lastLight = -Infinity;
   private readonly loads = new Map<string, Load>();
-  private readonly waiting: Waiter[] = [];
+  /** Per account, its waiting requests in arrival order (scanned by account, not by request). */
+  private readonly waiting = new Map<string, Waiter[]>();
+  private waiters = 0;
   private recheck: (() => void) | null = null;
-  /** Milliseconds of held time that make one request always in service, at the decay's steady state. */
+  /** Milliseconds of counted time that make one request always outstanding, at the decay's steady state. */
   private readonly unitMs: number;
 
   constructor(
@@ -55,10 +57,10 @@ export class FairGate {
 
   /** Requests waiting for a heavy slot. */
   get queued(): number {
-    return this.waiting.length;
+    return this.waiters;
   }
 
-  /** The account's load now: requests in service on average lately. */
+  /** The account's load now: requests outstanding on average lately. */
   load(account: string): number {
     const l = this.loads.get(account);
     if (!l) return 0;
@@ -81,16 +83,22 @@ export class FairGate {
     if (this.heavyBusy < this.o.heavySlots || !this.lightActive(t)) return Promise.resolve(this.slot(finish));
     return new Promise((resolve) => {
       const w: Waiter = {
-        account,
         admit: () => resolve(this.slot(finish)),
         // Bounded wait: past it the request is served anyway (a heavy tenant is slowed, never stopped).
         cancelWait: this.timer(this.o.maxWaitMs, () => {
-          const i = this.waiting.indexOf(w);
-          if (i >= 0) this.waiting.splice(i, 1);
+          const q = this.waiting.get(account);
+          const i = q ? q.indexOf(w) : -1;
+          if (i < 0) return;
+          q!.splice(i, 1);
+          if (q!.length === 0) this.waiting.delete(account);
+          this.waiters--;
           w.admit();
         }),
       };
-      this.waiting.push(w);
+      const q = this.waiting.get(account);
+      if (q) q.push(w);
+      else this.waiting.set(account, [w]);
+      this.waiters++;
       this.scheduleRecheck();
     });
   }
@@ -144,24 +152,27 @@ export class FairGate {
     for (const [k, l] of this.loads) if (l.inflight === 0 && this.load(k) < 0.001) this.loads.delete(k);
   }
 
-  /** Admits waiters, least loaded first, while heavy slots are free or no light account is active. */
+  /** Admits waiters, least loaded account first, while heavy slots are free or no light account is active. */
   private next(): void {
     const t = this.now();
-    while (this.waiting.length > 0 && (this.heavyBusy < this.o.heavySlots || !this.lightActive(t))) {
-      let best = 0;
+    while (this.waiters > 0 && (this.heavyBusy < this.o.heavySlots || !this.lightActive(t))) {
+      let best = '';
       let bestLoad = Infinity;
-      for (let i = 0; i < this.waiting.length; i++) {
-        const load = this.load(this.waiting[i]!.account);
+      for (const account of this.waiting.keys()) {
+        const load = this.load(account);
         if (load < bestLoad) {
-          best = i;
+          best = account;
           bestLoad = load;
         }
       }
-      const [w] = this.waiting.splice(best, 1);
-      w!.cancelWait();
-      w!.admit();
+      const q = this.waiting.get(best)!;
+      const w = q.shift()!;
+      if (q.length === 0) this.waiting.delete(best);
+      this.waiters--;
+      w.cancelWait();
+      w.admit();
     }
-    if (this.waiting.length > 0) this.scheduleRecheck();
+    if (this.waiters > 0) this.scheduleRecheck();
   }
 
   /** Waiters are let in when the light accounts go quiet, not only when a slot frees. */

@@ -46,7 +46,7 @@ function gate(o: Partial<FairGateConfig> = {}): { g: FairGate; time: FakeTime } 
   return { g: new FairGate(() => time.now, { ...OPTS, ...o }, time.timer), time };
 }
 
-/** Makes accounts heavy: `n` requests each held for 2 s (load about 0.7 per request). */
+/** Makes accounts heavy: three requests of `account` (and n of each in `more`) held for 2 s, about 0.7 load each. */
 async function makeHeavy(g: FairGate, time: FakeTime, account: string, ...more: [string, number][]): Promise<void> {
   const rs: Release[] = [];
   for (const [a, n] of [[account, 3] as [string, number], ...more])
