@@ -89,11 +89,11 @@ export interface Config {
 export interface FairGateConfig {
   /** Requests of heavy accounts in service at once while a light account is active; 0 turns the gate off. */
   heavySlots: number;
-  /** Average requests in service lately at which an account counts as heavy. */
+  /** Requests outstanding on average lately at which an account counts as heavy. */
   heavyLoad: number;
   /** A heavy request gives its slot back after this even if it has not ended (long execs, slow uploads). */
   leaseMs: number;
-  /** Held service time counts half after this long. */
+  /** An account's time in the service counts half after this long. */
   halfLifeMs: number;
   /** A light account's request keeps heavy accounts to their slots for this long. */
   lightWindowMs: number;
