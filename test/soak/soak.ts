@@ -172,13 +172,22 @@ const ATTACKS: Attack[] = [
   },
 ];
 
-/** A child process that opens n connections from 127.0.0.2, sends half a request head on each, holds them for ms. */
+let portBlock = 0;
+
+/**
+ * A child process that opens n connections from 127.0.0.2, sends half a request head on each, holds
+ * them for ms. Each child binds its own block of local ports: left to the kernel, twelve children's
+ * 18,000 connections filled most of the ephemeral range, and the kernel's search for a free port
+ * took a whole core of this machine (measured: 114 % of a core in system time, the victim 575 ms
+ * p50; with the ports given, 15 % and 104 ms). A real flood comes from elsewhere.
+ */
 function holdHalfOpen(port: number, n: number, ms: number): Promise<void> {
+  const base = 33_000 + (portBlock++ % 16) * 1600;
   const code = `
     import { connect } from 'node:net';
     const ss = [];
     for (let i = 0; i < ${n}; i++) {
-      const s = connect({ host: '127.0.0.1', port: ${port}, localAddress: '127.0.0.2' });
+      const s = connect({ host: '127.0.0.1', port: ${port}, localAddress: '127.0.0.2', localPort: ${base} + i });
       s.on('error', () => {});
       s.write('POST /v1/capsules HTTP/1.1\\r\\nHost: x\\r\\n');
       ss.push(s);
