@@ -40,9 +40,8 @@ export class FairGate {
   private heavyBusy = 0;
   private lastLight = -Infinity;
   private readonly loads = new Map<string, Load>();
-  /** Per account, its waiting requests in arrival order (scanned by account, not by request). */
+  /** Per account, its waiting requests in arrival order (scanned by account, not by request); never an empty list. */
   private readonly waiting = new Map<string, Waiter[]>();
-  private waiters = 0;
   private recheck: (() => void) | null = null;
   /** Milliseconds of counted time that make one request always outstanding, at the decay's steady state. */
   private readonly unitMs: number;
@@ -57,7 +56,9 @@ export class FairGate {
 
   /** Requests waiting for a heavy slot. */
   get queued(): number {
-    return this.waiters;
+    let n = 0;
+    for (const q of this.waiting.values()) n += q.length;
+    return n;
   }
 
   /** The account's load now: requests outstanding on average lately. */
@@ -65,8 +66,7 @@ export class FairGate {
     const l = this.loads.get(account);
     if (!l) return 0;
     const t = this.now();
-    const held = l.ms * 2 ** (-(t - l.at) / this.o.halfLifeMs) + (l.inflight * t - l.startSum);
-    return held / this.unitMs;
+    return (this.decayed(l, t) + (l.inflight * t - l.startSum)) / this.unitMs;
   }
 
   /** Waits until `account` may be served; call the returned function when its request ends. */
@@ -91,16 +91,19 @@ export class FairGate {
           if (i < 0) return;
           q!.splice(i, 1);
           if (q!.length === 0) this.waiting.delete(account);
-          this.waiters--;
           w.admit();
         }),
       };
       const q = this.waiting.get(account);
       if (q) q.push(w);
       else this.waiting.set(account, [w]);
-      this.waiters++;
       this.scheduleRecheck();
     });
+  }
+
+  /** The time of the account's answered requests as of `t`, decayed. */
+  private decayed(l: Load, t: number): number {
+    return l.ms * 2 ** (-(t - l.at) / this.o.halfLifeMs);
   }
 
   private lightActive(t: number): boolean {
@@ -121,7 +124,7 @@ export class FairGate {
       if (done) return;
       done = true;
       const t = this.now();
-      l.ms = l.ms * 2 ** (-(t - l.at) / this.o.halfLifeMs) + (t - start);
+      l.ms = this.decayed(l, t) + (t - start);
       l.at = t;
       l.inflight--;
       l.startSum -= start;
@@ -155,7 +158,7 @@ export class FairGate {
   /** Admits waiters, least loaded account first, while heavy slots are free or no light account is active. */
   private next(): void {
     const t = this.now();
-    while (this.waiters > 0 && (this.heavyBusy < this.o.heavySlots || !this.lightActive(t))) {
+    while (this.waiting.size > 0 && (this.heavyBusy < this.o.heavySlots || !this.lightActive(t))) {
       let best = '';
       let bestLoad = Infinity;
       for (const account of this.waiting.keys()) {
@@ -168,11 +171,10 @@ export class FairGate {
       const q = this.waiting.get(best)!;
       const w = q.shift()!;
       if (q.length === 0) this.waiting.delete(best);
-      this.waiters--;
       w.cancelWait();
       w.admit();
     }
-    if (this.waiters > 0) this.scheduleRecheck();
+    if (this.waiting.size > 0) this.scheduleRecheck();
   }
 
   /** Waiters are let in when the light accounts go quiet, not only when a slot frees. */
