@@ -182,7 +182,7 @@ let portBlock = 0;
  * p50; with the ports given, 15 % and 104 ms). A real flood comes from elsewhere.
  */
 function holdHalfOpen(port: number, n: number, ms: number): Promise<void> {
-  const base = 33_000 + (portBlock++ % 16) * 1600;
+  const base = 33_000 + (portBlock++ % 16) * n; // 16 blocks of n within the ephemeral range
   const code = `
     import { connect } from 'node:net';
     const ss = [];
