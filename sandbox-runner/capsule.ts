@@ -13,7 +13,6 @@ import {
   type CreatedCapsule,
   type DestroyResult,
   type ExecRequest,
-  type ExecResult,
   type FileEntry,
   type HostFacts,
   type RunnerCapacity,
@@ -24,7 +23,7 @@ import { groupPids, killGroup, procsFiles, removeGroup, writerProcsFile, type Cg
 import type { Clock, Random } from './clock.js';
 import type { RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
-import type { SandboxObservation } from './exec.js';
+import type { ExecAnswer, SandboxObservation } from './exec.js';
 import { ExecHost, type PreparedRef } from './exec-host.js';
 import { validateFilename } from './files.js';
 import { mountinfoOfAsync, processesOwnedBy, swapActive, type NsName } from './host.js';
@@ -344,13 +343,13 @@ export class CapsuleManager {
     if (c.observations.length === 0) c.observations.push(o);
   }
 
-  async exec(req: ExecRequest): Promise<ExecResult> {
+  async exec(req: ExecRequest): Promise<ExecAnswer> {
     const { bounds } = this.d.config;
     if (typeof req !== 'object' || req === null) throw new RunnerError('invalid', 'params: must be an object');
     const c = this.get(req.capsule_id);
     const { env, cwd, input } = checkExec(req, { tmpfsDir: c.record.tmpfs_dir, hasApp: c.hasApp }, bounds);
 
-    const run = async (): Promise<ExecResult> => {
+    const run = async (): Promise<ExecAnswer> => {
       if (c.state !== 'live') {
         if (input) zeroBytes(input.bytes);
         throw new RunnerError('busy', `capsule_id: capsule ${c.record.capsule_id} is being destroyed`);
@@ -388,8 +387,7 @@ export class CapsuleManager {
         });
         c.execCount++; // counted once it ran: evidence step 1 reports this number
         return {
-          stdout: r.stdout,
-          stderr: r.stderr,
+          output: r.output,
           stdout_truncated: r.stdout_truncated,
           stderr_truncated: r.stderr_truncated,
           ...(r.stdout_sha512 ? { stdout_sha512: r.stdout_sha512 } : {}),

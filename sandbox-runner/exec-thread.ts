@@ -42,10 +42,21 @@ function take<T extends Prepared | PreparedWriter>(id: number | null): T | null 
   return h as T | null;
 }
 
+/**
+ * An exec's output bytes move to the serving thread rather than being copied there; a small buffer
+ * (a view into Node's shared pool, which must not move) is copied into one of its own first.
+ */
+function transferOutput(value: ThreadValue): ArrayBuffer[] {
+  if (!('output' in value)) return [];
+  let b = value.output.bytes;
+  if (b.byteOffset !== 0 || b.byteLength !== b.buffer.byteLength) b = value.output.bytes = new Uint8Array(b);
+  return [b.buffer as ArrayBuffer];
+}
+
 /** Posts a request's outcome, or its failure (a RunnerError keeps its code). */
 function reply(id: number, work: Promise<ThreadValue>): Promise<unknown> {
   return work.then(
-    (value) => post({ op: 'done', id, value }),
+    (value) => port.postMessage({ op: 'done', id, value } satisfies FromThread, transferOutput(value)),
     (e: unknown) =>
       post({
         op: 'failed',

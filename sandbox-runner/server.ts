@@ -8,7 +8,13 @@ import { traceOf } from '../shared/node/trace.js';
 import { chmodSync, rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
-import { DEFAULT_FRAME_LIMITS, encodeFrame, FrameDecoder } from '../shared/node/framing.js';
+import {
+  DEFAULT_FRAME_LIMITS,
+  encodeFrame,
+  encodeFrameParts,
+  FrameDecoder,
+  writeFrame,
+} from '../shared/node/framing.js';
 import {
   describeIssue,
   RUNNER_REQUEST_SCHEMAS,
@@ -20,6 +26,7 @@ import {
 } from '../shared/runner-protocol.js';
 import { fitJson } from './output-fit.js';
 import type { CapsuleManager } from './capsule.js';
+import type { ExecAnswer } from './exec.js';
 
 export interface ServerDeps {
   manager: CapsuleManager;
@@ -53,14 +60,20 @@ function handlers(d: ServerDeps): Handlers {
  * predates it the plain form, whose streams are cut to what fits the frame header once
  * JSON-escaped (output-fit.ts) and flagged, so the result itself is never lost to its size.
  */
-function execAnswer(r: ExecResult, inBody: boolean): Result {
-  const { stdout, stderr, ...rest } = r;
+function execAnswer(r: ExecAnswer, inBody: boolean): Result {
+  const { output, ...rest } = r;
+  // The exec thread's buffer, moved here: a view of it, never a copy.
+  const body = Buffer.from(output.bytes.buffer, output.bytes.byteOffset, output.bytes.byteLength);
   if (inBody) {
-    const out = Buffer.from(stdout, 'utf8');
-    const err = Buffer.from(stderr, 'utf8');
-    const header: ExecResultHeader = { ...rest, stdout_bytes: out.length, stderr_bytes: err.length };
-    return { result: header, body: Buffer.concat([out, err]) };
+    const header: ExecResultHeader = {
+      ...rest,
+      stdout_bytes: output.stdout_bytes,
+      stderr_bytes: body.length - output.stdout_bytes,
+    };
+    return { result: header, body };
   }
+  const stdout = body.toString('utf8', 0, output.stdout_bytes);
+  const stderr = body.toString('utf8', output.stdout_bytes);
   // A stream cut here loses its hash: it would not be of the text returned.
   const { stdout_sha512, stderr_sha512, ...plain } = rest;
   // Each stream gets half the frame header, less room for the other members.
@@ -101,7 +114,7 @@ function connectionHandler(d: ServerDeps): (sock: Socket) => void {
     const send = (header: Record<string, unknown>, body: Buffer | null = null): void => {
       if (sock.destroyed) return;
       try {
-        sock.write(encodeFrame(header, body, limits));
+        writeFrame(sock, encodeFrameParts(header, body, limits));
       } catch (e) {
         sock.write(
           encodeFrame(

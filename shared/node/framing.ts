@@ -2,6 +2,7 @@
 //   u32 BE header length | u32 BE body length | header (UTF-8 JSON object) | body (raw bytes)
 // Sizes are bounded on both sides; a decoder that meets an oversized or
 // garbled frame reports it instead of throwing, so a bad peer never crashes us.
+import type { Writable } from 'node:stream';
 import { illFormedField, invalidUtf8Field } from './utf8.js';
 
 export const FRAME_PREFIX_BYTES = 8;
@@ -48,22 +49,47 @@ export class FrameError extends Error {
   }
 }
 
-/** Encodes one frame; throws FrameError when it would exceed the limits. */
-export function encodeFrame(
+/**
+ * Encodes one frame as its head (length prefix and header) and its body, to be written one after
+ * the other: a large body (an exec's output, an upload) is never copied into a frame of its own.
+ * Throws FrameError when it would exceed the limits.
+ */
+export function encodeFrameParts(
   header: Record<string, unknown>,
   body: Uint8Array | null,
   limits: FrameLimits = DEFAULT_FRAME_LIMITS,
-): Buffer {
+): Uint8Array[] {
   const h = Buffer.from(JSON.stringify(header), 'utf8');
   const bodyLen = body ? body.byteLength : 0;
   if (h.length > limits.maxHeaderBytes)
     throw new FrameError(`frame header of ${h.length} bytes exceeds ${limits.maxHeaderBytes}`, false);
   if (bodyLen > limits.maxBodyBytes)
     throw new FrameError(`frame body of ${bodyLen} bytes exceeds ${limits.maxBodyBytes}`, false);
-  const prefix = Buffer.allocUnsafe(FRAME_PREFIX_BYTES);
-  prefix.writeUInt32BE(h.length, 0);
-  prefix.writeUInt32BE(bodyLen, 4);
-  return body && bodyLen > 0 ? Buffer.concat([prefix, h, body]) : Buffer.concat([prefix, h]);
+  const head = Buffer.allocUnsafe(FRAME_PREFIX_BYTES + h.length);
+  head.writeUInt32BE(h.length, 0);
+  head.writeUInt32BE(bodyLen, 4);
+  h.copy(head, FRAME_PREFIX_BYTES);
+  return body && bodyLen > 0 ? [head, body] : [head];
+}
+
+/** Encodes one frame into one buffer; throws FrameError when it would exceed the limits. */
+export function encodeFrame(
+  header: Record<string, unknown>,
+  body: Uint8Array | null,
+  limits: FrameLimits = DEFAULT_FRAME_LIMITS,
+): Buffer {
+  return Buffer.concat(encodeFrameParts(header, body, limits));
+}
+
+/** Writes a frame's parts together (one writev when the socket can take them at once). */
+export function writeFrame(sock: Writable, parts: Uint8Array[]): void {
+  if (parts.length === 1) {
+    sock.write(parts[0]);
+    return;
+  }
+  sock.cork();
+  for (const p of parts) sock.write(p);
+  sock.uncork();
 }
 
 export type DecodeEvent = { kind: 'frame'; frame: Frame } | { kind: 'error'; error: FrameError };

@@ -23,7 +23,7 @@ import {
   type RunnerMethods,
   type RunnerPort,
 } from '../runner-protocol.js';
-import { DEFAULT_FRAME_LIMITS, encodeFrame, FrameDecoder, type FrameLimits } from './framing.js';
+import { DEFAULT_FRAME_LIMITS, encodeFrameParts, FrameDecoder, writeFrame, type FrameLimits } from './framing.js';
 import { requestTrace } from './trace.js';
 
 const ERROR_CODES: ReadonlySet<string> = new Set<RunnerErrorCode>([
@@ -136,10 +136,10 @@ export class RunnerClient implements RunnerPort {
     if (this.closed) throw new RunnerError('unavailable', 'runner client closed');
     const socket = await this.connect();
     const id = this.nextId++;
-    let frame: Buffer;
+    let frame: Uint8Array[];
     try {
       const trace = requestTrace.getStore();
-      frame = encodeFrame(
+      frame = encodeFrameParts(
         { id, method, params: params as Record<string, unknown>, ...(trace ? { trace } : {}) },
         body,
         this.limits,
@@ -149,7 +149,7 @@ export class RunnerClient implements RunnerPort {
     }
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      socket.write(frame);
+      writeFrame(socket, frame);
     });
   }
 

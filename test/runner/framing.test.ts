@@ -2,8 +2,19 @@
 import t from 'tap';
 import { createHash } from 'node:crypto';
 import { createConnection } from 'node:net';
-import { encodeFrame, FrameDecoder } from '../../shared/node/framing.js';
+import { encodeFrame, encodeFrameParts, FrameDecoder } from '../../shared/node/framing.js';
 import { startRunner } from '../helpers/runner.js';
+
+t.test('a frame in two parts (head, body) is the one-buffer frame, its body never copied', async (t) => {
+  const body = Buffer.from('output bytes');
+  const parts = encodeFrameParts({ id: 3, ok: true }, body);
+  t.equal(parts.length, 2);
+  t.equal(parts[1], body, 'the body is written as it is');
+  t.same(Buffer.concat(parts), encodeFrame({ id: 3, ok: true }, body));
+  t.equal(encodeFrameParts({ id: 4 }, null).length, 1, 'no body: the head alone');
+  t.equal(encodeFrameParts({ id: 5 }, Buffer.alloc(0)).length, 1);
+  t.throws(() => encodeFrameParts({ id: 6 }, Buffer.alloc(10), { maxHeaderBytes: 64, maxBodyBytes: 5 }));
+});
 
 t.test('codec round trip across arbitrary chunking', async (t) => {
   const f1 = encodeFrame({ id: 1, method: 'x' }, Buffer.from([1, 2, 3]));
@@ -131,4 +142,23 @@ t.test('exec answers in the output-in-body form when asked, and in the plain for
   t.equal(cut['stdout_truncated'], true);
   t.notOk('stdout_sha512' in cut);
   t.equal(cut['stderr_sha512'], sha(''));
+});
+
+t.test('output is decoded as it arrives, as the whole would decode', async (t) => {
+  const r = await startRunner();
+  t.teardown(() => r.stop());
+  await r.client.create({ capsule_id: 'decode', memory_mb: 64 });
+  const run = (command: string) => r.client.exec({ capsule_id: 'decode', command, timeout_ms: 10_000 });
+  const sha = (text: string): string => `sha512:${createHash('sha512').update(text, 'utf8').digest('hex')}`;
+  // A character split across two writes (two pipe reads) is one character, not two replacements.
+  const split = await run("printf 'a\\303'; sleep 0.2; printf '\\251b'");
+  t.equal(split.stdout, 'a\u00e9b');
+  t.equal(split.stdout_sha512, sha('a\u00e9b'));
+  // A byte order mark is output like any other character; an invalid byte reads as U+FFFD.
+  const bom = await run("printf '\\357\\273\\277x\\377y'");
+  t.equal(bom.stdout, '\ufeffx\ufffdy');
+  // A sequence cut by the end of the stream reads as U+FFFD.
+  const cut = await run("printf 'z\\342\\202' >&2");
+  t.equal(cut.stderr, 'z\ufffd');
+  t.equal(cut.stderr_sha512, sha('z\ufffd'));
 });
