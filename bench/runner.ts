@@ -4,6 +4,8 @@
 // capsule. Prints figures; run as root: npm run build && npm run bench:runner
 // BENCH_RUNS (default 200) sets the run count of every series.
 import { readFileSync, statfsSync } from 'node:fs';
+import { createConnection } from 'node:net';
+import { encodeFrame, FRAME_PREFIX_BYTES } from '../shared/node/framing.js';
 import { startRunner } from '../test/helpers/runner.js';
 import { BARE, runProc } from './bare-bwrap.js';
 
@@ -54,6 +56,47 @@ function privateBytes(pid: number): number {
 function rss(pid: number): number {
   const m = /VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) * 1024 : 0;
+}
+
+const FLOOD_COMMAND =
+  'python3 -c "import sys; sys.stdout.write(chr(1) * (1 << 20)); sys.stderr.buffer.write(bytes([255]) * (1 << 20))"';
+
+/** Runs FLOOD_COMMAND in a loop on a connection of its own until stop.now; answers are skipped, not parsed. */
+async function floodAnswers(socketPath: string, id: string, stop: { now: boolean }): Promise<number> {
+  const sock = createConnection(socketPath);
+  await new Promise<void>((res, rej) => sock.once('connect', res).once('error', rej));
+  let answered = 0;
+  let prefix = Buffer.alloc(0);
+  let skip = 0;
+  let done: () => void = () => undefined;
+  sock.on('data', (b: Buffer) => {
+    while (b.length > 0) {
+      if (skip > 0) {
+        const n = Math.min(skip, b.length);
+        skip -= n;
+        b = b.subarray(n);
+        if (skip === 0) done();
+        continue;
+      }
+      const need = FRAME_PREFIX_BYTES - prefix.length;
+      prefix = Buffer.concat([prefix, b.subarray(0, need)]);
+      b = b.subarray(need);
+      if (prefix.length === FRAME_PREFIX_BYTES) {
+        skip = prefix.readUInt32BE(0) + prefix.readUInt32BE(4);
+        prefix = Buffer.alloc(0);
+        if (skip === 0) done();
+      }
+    }
+  });
+  for (let n = 1; !stop.now; n++) {
+    const answer = new Promise<void>((res) => (done = res));
+    const params = { capsule_id: id, command: FLOOD_COMMAND, timeout_ms: 30_000, output_in_body: true };
+    sock.write(encodeFrame({ id: n, method: 'exec', params }, null));
+    await answer;
+    answered++;
+  }
+  sock.destroy();
+  return answered;
 }
 
 async function main(): Promise<void> {
@@ -109,6 +152,27 @@ async function main(): Promise<void> {
       );
     }
     await c.destroy('b-exec');
+
+    // The runner's serving loop while other tenants print megabytes: hello (answered on the serving
+    // thread) idle, then beside four capsules each printing 1 MiB of \x01 and 1 MiB of invalid UTF-8
+    // in a loop. The floods' answers are read and dropped unparsed (floodAnswers), so that this
+    // process's own decoding does not count as the runner's.
+    const helloIdle = add('hello (idle)');
+    for (let i = 0; i < RUNS; i++) helloIdle.ms.push(await time(() => c.hello()));
+    const helloFlood = add('hello beside 4 output floods');
+    const floods = ['b-flood-0', 'b-flood-1', 'b-flood-2', 'b-flood-3'];
+    for (const id of floods) await c.create({ capsule_id: id, memory_mb: 128 });
+    const stop = { now: false };
+    const flooding = floods.map((id) => floodAnswers(r.socketPath, id, stop));
+    await new Promise((res) => setTimeout(res, 1000));
+    for (let i = 0; i < RUNS; i++) {
+      helloFlood.ms.push(await time(() => c.hello()));
+      await new Promise((res) => setTimeout(res, 10));
+    }
+    stop.now = true;
+    const answered = (await Promise.all(flooding)).reduce((a, b) => a + b, 0);
+    for (const id of floods) await c.destroy(id);
+    console.log(`(output floods answered meanwhile: ${answered})`);
 
     const d1 = add('destroy holding 1 MB');
     const oneMb = Buffer.alloc(MiB, 0x62);
