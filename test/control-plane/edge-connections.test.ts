@@ -191,6 +191,13 @@ for (const driver of DRIVERS) {
       const after = (await s.api.req('GET', '/v1/customers/me', { key: victim.key })).body.usage
         .capsules_used_this_month;
       t.equal(after, before, 'no capsule was created through the refused connection');
+      // Each refusal has a request id of its own, in the form of every other request id.
+      const again = await open(port, '127.0.0.4');
+      await within(again.closed, 3000);
+      const ids = [extra.data, again.data].map((d) => JSON.parse(d.slice(d.indexOf('\r\n\r\n') + 4)).error.request_id);
+      t.match(ids[0], /^req_[0-9a-f]{24}$/);
+      t.match(ids[1], /^req_[0-9a-f]{24}$/);
+      t.not(ids[0], ids[1]);
     });
 
     await t.test('slowloris heads from 127.0.0.3 are cut at the head timeout', async (t) => {
