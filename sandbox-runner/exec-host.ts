@@ -9,6 +9,7 @@
 // Sealed egress's attach and detach (`ip`, the relay, the namespace sweep
 // over /proc) run there too, for the same reason.
 import { Worker } from 'node:worker_threads';
+import { ownBuffer } from '../shared/node/own-buffer.js';
 import { within } from '../shared/time.js';
 import { RunnerError, type RunnerErrorCode } from '../shared/runner-error.js';
 import type { ExecOutcome, ExecParams, SandboxObservation } from './exec.js';
@@ -185,10 +186,8 @@ export class ExecHost {
     chunks: Uint8Array[],
     hash: boolean[],
   ): Promise<WriterResult> {
-    // A buffer the chunk spans exactly is its own (framing.ts gives large bodies one): moved, not copied.
-    const sent = chunks.map((c) =>
-      c.byteLength >= 64 * 1024 && c.byteOffset === 0 && c.byteLength === c.buffer.byteLength ? c : new Uint8Array(c),
-    );
+    // A large chunk that has its buffer to itself (framing.ts gives large bodies one) is moved, not copied.
+    const sent = chunks.map((c) => (c.byteLength >= 64 * 1024 ? ownBuffer(c) : new Uint8Array(c)));
     const transfer = [...new Set(sent.map((c) => c.buffer as ArrayBuffer))];
     return this.request<WriterResult>(
       key,

@@ -1,5 +1,6 @@
 // The exec thread (see exec-host.ts): starts wrappers, runs execs, reports back.
 import { parentPort } from 'node:worker_threads';
+import { ownBuffer } from '../shared/node/own-buffer.js';
 import { RunnerError } from '../shared/runner-error.js';
 import { systemClock } from './clock.js';
 import { prepareExec, runExec, setUpWhenJoined, type Prepared } from './exec.js';
@@ -42,14 +43,10 @@ function take<T extends Prepared | PreparedWriter>(id: number | null): T | null 
   return h as T | null;
 }
 
-/**
- * An exec's output bytes move to the serving thread rather than being copied there; a small buffer
- * (a view into Node's shared pool, which must not move) is copied into one of its own first.
- */
+/** An exec's output bytes move to the serving thread rather than being copied there. */
 function transferOutput(value: ThreadValue): ArrayBuffer[] {
   if (!('output' in value)) return [];
-  let b = value.output.bytes;
-  if (b.byteOffset !== 0 || b.byteLength !== b.buffer.byteLength) b = value.output.bytes = new Uint8Array(b);
+  const b = (value.output.bytes = ownBuffer(value.output.bytes));
   return [b.buffer as ArrayBuffer];
 }
 

@@ -4,6 +4,7 @@
 import { readlinkSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { parentPort } from 'node:worker_threads';
+import { ownBuffer } from '../shared/node/own-buffer.js';
 import { RunnerError } from '../shared/runner-protocol.js';
 import { listRegular, readRegular } from './files.js';
 import { wipeAndZeroize, type WipeOptions } from './wipe.js';
@@ -28,14 +29,11 @@ function run(job: FileJob): { result: unknown; transfer: ArrayBuffer[] } {
       return { result: listRegular(job.dir, job.hashBudget), transfer: [] };
     case 'read': {
       const r = readRegular(job.dir, job.name, job.maxBytes);
-      // readRegular reads into a Buffer.alloc of its own (never the shared pool): move it, do not copy it.
-      if (r.bytes.byteOffset === 0 && r.bytes.byteLength >= 4096) {
-        return { result: { entry: r.entry, bytes: r.bytes }, transfer: [r.bytes.buffer as ArrayBuffer] };
-      }
-      const copy = new Uint8Array(r.bytes.byteLength);
-      copy.set(r.bytes);
-      r.bytes.fill(0);
-      return { result: { entry: r.entry, bytes: copy }, transfer: [copy.buffer] };
+      // readRegular reads into a Buffer.alloc of its own: moved, not copied, unless the read came up
+      // short (a view of it), whose copy leaves no customer bytes behind in the original.
+      const bytes = ownBuffer(r.bytes);
+      if (bytes !== r.bytes) r.bytes.fill(0);
+      return { result: { entry: r.entry, bytes }, transfer: [bytes.buffer as ArrayBuffer] };
     }
     case 'wipe': {
       const key = Buffer.from(job.key.buffer, job.key.byteOffset, job.key.byteLength);

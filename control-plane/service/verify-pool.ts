@@ -4,6 +4,7 @@
 // request thread; the route's byte budget bounds what waits. Started on first
 // use; a worker that dies fails its jobs (500) and the next job starts a new one.
 import { Worker } from 'node:worker_threads';
+import { ownBuffer } from '../../shared/node/own-buffer.js';
 import { ApiError } from '../../shared/errors.js';
 import type { HostedResult } from './hosted-verify.js';
 import type { VerifyJob, VerifyReply } from './verify-worker.js';
@@ -46,7 +47,7 @@ export class VerifyPool {
     this.worker ??= this.start();
     const id = this.nextId++;
     // Transfer, not copy, when the bytes own their whole buffer.
-    const own = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : bytes.slice();
+    const own = ownBuffer(bytes);
     const job: VerifyJob = { id, bytes: own, now };
     const worker = this.worker;
     return new Promise<HostedResult>((resolve, reject) => {
