@@ -35,6 +35,7 @@ import { wipeAndZeroize } from './wipe.js';
 import { caBundle, egressEnv, netnsPath, type EgressState } from './egress.js';
 import { checkCreate, checkExec, validateCapsuleId } from './request-checks.js';
 import { capsulesDir, removeState, tmpfsDirOf, writeRecord, type CapsuleRecord } from './state-record.js';
+import { LightTenants } from './light-tenants.js';
 
 /** The CA bundle file of an egress capsule, at the tmpfs root (bound read-only inside). */
 const EGRESS_CA_FILE = 'egress-ca.pem';
@@ -104,8 +105,11 @@ export class CapsuleManager {
   private readonly files = new FileWorkers();
   /** Execs (process start, pipes, timeouts) run in a worker thread, never on this event loop. */
   private readonly execs = new ExecHost();
+  /** Tenants light on exec time: their execs run in the quick lane (cgroup.ts placeCpu). */
+  private readonly light: LightTenants;
 
   constructor(private readonly d: ManagerDeps) {
+    this.light = new LightTenants(d.clock);
     mkdirSync(capsulesDir(d.config.stateDir), { recursive: true, mode: 0o711 });
     chmodSync(capsulesDir(d.config.stateDir), 0o711);
   }
@@ -308,7 +312,7 @@ export class CapsuleManager {
     const ahead = c.execCount === 0 || c.execCount >= 2;
     const ref = this.execs.prepare(
       this.tenantKey(c),
-      procsFiles(c.record.cgroup),
+      procsFiles(c.record.cgroup, this.light.isLight(this.tenantKey(c))),
       this.spec(c),
       this.d.seccompPath,
       ahead,
@@ -355,6 +359,9 @@ export class CapsuleManager {
         throw new RunnerError('busy', `capsule_id: capsule ${c.record.capsule_id} is being destroyed`);
       }
       c.running++;
+      // Decided before this exec counts toward its tenant's time (light-tenants.ts).
+      const quick = this.light.isLight(this.tenantKey(c));
+      const ran = this.light.start(this.tenantKey(c));
       try {
         if (input) {
           try {
@@ -384,6 +391,7 @@ export class CapsuleManager {
           onStart: (abort) => {
             c.abortRunning = abort;
           },
+          quick,
         });
         c.execCount++; // counted once it ran: evidence step 1 reports this number
         return {
@@ -400,6 +408,7 @@ export class CapsuleManager {
           process_limit_killed: r.process_limit_killed === true,
         };
       } finally {
+        ran();
         c.abortRunning = null;
         c.running--;
         // Start the next exec's wrapper after the sweep, once this result is on its way (spawn is synchronous).

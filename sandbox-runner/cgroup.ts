@@ -10,6 +10,7 @@
 //     pids.max, cpu.shares, OOM count from memory.oom_control; v1 has no
 //     group OOM kill, so the runner kills the whole group when the count moves.
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 
 export type CgroupMode = 'v1' | 'v2' | 'hybrid';
@@ -28,6 +29,11 @@ export interface CapsuleCgroupPaths {
   memory: string;
   pids: string | null;
   cpu: string | null;
+  /**
+   * v1: the capsule's directory in the quick lane (see CgroupManager.open), where the execs of a
+   * tenant that has been light on CPU run. Absent in records written before the lane existed.
+   */
+  quick?: string | null;
 }
 
 interface Mount {
@@ -83,6 +89,11 @@ function tryWrite(path: string, value: string): boolean {
   }
 }
 
+/** v1 cpu.shares for a v2-scale weight (100 = 1,024, one ordinary process). */
+function v1Shares(weight: number): number {
+  return Math.max(2, Math.round((weight * 1024) / 100));
+}
+
 function tryRmdir(path: string): boolean {
   try {
     rmdirSync(path);
@@ -110,6 +121,9 @@ export const WRITER_LEAF = 'writer';
 /** Child of the runner's subtree holding the runner itself, bounded by runner_memory_mb. */
 export const RUNNER_LEAF = '.runner';
 
+/** v1: suffix of the quick lane's group, a sibling of the capsules' group (see CgroupManager.open). */
+const QUICK_SUFFIX = '.quick';
+
 /** Where the runner's cgroup v2 puts its own processes (see prepareV2). */
 const SUPERVISOR_LEAF = 'capsule-supervisor';
 
@@ -135,6 +149,7 @@ export class CgroupManager {
     private readonly memoryBase: string,
     private readonly pidsBase: string | null,
     private readonly cpuBase: string | null,
+    private readonly quickBase: string | null = null,
   ) {}
 
   /** Finds the hierarchy and prepares `<own cgroup>/<name>`; throws CgroupError with a clear message. */
@@ -142,8 +157,16 @@ export class CgroupManager {
    * capsulesCpuWeight: the capsules' share against the services. v1: the cpu.shares of the group
    * holding every capsule (the runner and control plane are outside it). v2: the runner's own leaf
    * is weighted above each capsule instead (capsules are its siblings).
+   *
+   * quickCpuWeight (v1; 0: none): the weight of the quick lane, a second group beside the
+   * capsules' one where the execs of tenants light on CPU run (CapsuleManager decides). Inside
+   * the capsules' group a light tenant's short command waits behind every busy tenant for that
+   * group's single share; in the lane it gets its own. The lane is capped at half the node's
+   * CPUs (at least one), so light tenants together can never take the whole node from the
+   * services, and an exec that turns CPU-bound is moved out of it (exec.ts). v2 has no lane:
+   * each capsule is already weighed directly against the services there.
    */
-  static open(name: string, capsulesCpuWeight = 100): CgroupManager {
+  static open(name: string, capsulesCpuWeight = 100, quickCpuWeight = 0): CgroupManager {
     const mounts = readMounts();
     const own = ownCgroups();
     const v2 = mounts.find((m) => m.fstype === 'cgroup2');
@@ -189,12 +212,34 @@ export class CgroupManager {
     }
     const cpuMount = v1For('cpu');
     let cpuBase: string | null = null;
+    let quickBase: string | null = null;
     if (cpuMount) {
       cpuBase = join(base(cpuMount, own.get('cpu') ?? '/'), name);
       mkdirSync(cpuBase, { recursive: true });
-      tryWrite(join(cpuBase, 'cpu.shares'), String(Math.max(2, Math.round((capsulesCpuWeight * 1024) / 100))));
+      tryWrite(join(cpuBase, 'cpu.shares'), String(v1Shares(capsulesCpuWeight)));
+      if (quickCpuWeight > 0) quickBase = CgroupManager.openQuickLane(cpuBase + QUICK_SUFFIX, quickCpuWeight);
     }
-    return new CgroupManager(mode, memBase, pidsBase, cpuBase);
+    return new CgroupManager(mode, memBase, pidsBase, cpuBase, quickBase);
+  }
+
+  /** The quick lane's group (v1 cpu): weighted, and capped at half the CPUs; null if it cannot be made. */
+  private static openQuickLane(dir: string, weight: number): string | null {
+    try {
+      mkdirSync(dir, { recursive: true });
+    } catch {
+      return null;
+    }
+    const periodUs = 20_000; // short: a throttled lane waits at most this long
+    const cpus = Math.max(1, Math.floor(availableParallelism() / 2));
+    const capped =
+      tryWrite(join(dir, 'cpu.cfs_period_us'), String(periodUs)) &&
+      tryWrite(join(dir, 'cpu.cfs_quota_us'), String(periodUs * cpus));
+    // WARNING: an uncapped lane would let many light tenants together starve the services: none then.
+    if (!capped || !tryWrite(join(dir, 'cpu.shares'), String(v1Shares(weight)))) {
+      tryRmdir(dir);
+      return null;
+    }
+    return dir;
   }
 
   /**
@@ -258,9 +303,14 @@ export class CgroupManager {
     if (this.cpuBase) {
       cpu = join(this.cpuBase, id);
       mkdirSync(cpu);
-      tryWrite(join(cpu, 'cpu.shares'), String(Math.max(2, Math.round((limits.cpuWeight * 1024) / 100))));
+      tryWrite(join(cpu, 'cpu.shares'), String(v1Shares(limits.cpuWeight)));
     }
-    return { mode: this.mode, memory: mem, pids, cpu };
+    let quick: string | null = null;
+    if (this.quickBase) {
+      quick = join(this.quickBase, id);
+      mkdirSync(quick);
+    }
+    return { mode: this.mode, memory: mem, pids, cpu, quick };
   }
 
   /** Sets a live capsule's CPU weight (v2 scale; v1 cpu.shares = weight x 1024 / 100); best effort. */
@@ -322,7 +372,7 @@ export class CgroupManager {
   /** Removes this runner's (empty) subtree directories; used at graceful stop. */
   removeSubtree(): void {
     tryRmdir(join(this.memoryBase, RUNNER_LEAF)); // empty once the runner left it (or died)
-    for (const d of [this.memoryBase, this.pidsBase, this.cpuBase]) {
+    for (const d of [this.memoryBase, this.pidsBase, this.cpuBase, this.quickBase]) {
       if (!d) continue;
       try {
         rmdirSync(d);
@@ -339,13 +389,31 @@ export class CgroupManager {
       memory: join(this.memoryBase, id),
       pids: this.pidsBase ? join(this.pidsBase, id) : null,
       cpu: this.cpuBase ? join(this.cpuBase, id) : null,
+      quick: this.quickBase ? join(this.quickBase, id) : null,
     };
   }
 }
 
-/** Files a new process writes its pid to, before exec, to join every controller. */
-export function procsFiles(p: CapsuleCgroupPaths): string[] {
-  return [p.memory, p.pids, p.cpu].filter((d): d is string => d !== null).map((d) => join(d, 'cgroup.procs'));
+/** Files a new process writes its pid to, before exec, to join every controller (its CPU in the quick lane if asked and there is one). */
+export function procsFiles(p: CapsuleCgroupPaths, quick = false): string[] {
+  return [p.memory, p.pids, (quick && p.quick) || p.cpu]
+    .filter((d): d is string => !!d)
+    .map((d) => join(d, 'cgroup.procs'));
+}
+
+/**
+ * Moves the capsule's processes into the quick lane's CPU group or out of it (v1; a no-op
+ * without a lane). A few rounds: a process may fork while the others move; a child forked
+ * meanwhile is found in the next one.
+ */
+export function placeCpu(p: CapsuleCgroupPaths, quick: boolean): void {
+  if (!p.quick || !p.cpu) return;
+  const [from, to] = quick ? [p.cpu, p.quick] : [p.quick, p.cpu];
+  for (let round = 0; round < 5; round++) {
+    const pids = read(join(from, 'cgroup.procs'));
+    if (!pids) return;
+    for (const pid of pids.split('\n')) tryWrite(join(to, 'cgroup.procs'), pid); // fails only for one that exited
+  }
 }
 
 export function groupPids(p: CapsuleCgroupPaths): number[] {
@@ -505,7 +573,7 @@ function writerPidsOf(p: CapsuleCgroupPaths): number[] {
 /** Removes the group's directories (must be empty). Returns whether all are gone. */
 export async function removeGroup(p: CapsuleCgroupPaths): Promise<boolean> {
   let ok = true;
-  for (const d of [join(p.memory, WRITER_LEAF), p.memory, p.pids, p.cpu]) {
+  for (const d of [join(p.memory, WRITER_LEAF), p.memory, p.pids, p.cpu, p.quick]) {
     if (!d || !existsSync(d)) continue;
     let removed = false;
     for (let i = 0; i < 50 && !removed; i++) {

@@ -44,6 +44,11 @@ export interface RunnerConfig {
      * cpu.shares = weight x 1024 / 100): a tenant's CPU burst cannot queue the services behind it.
      */
     capsulesCpuWeight: number;
+    /**
+     * Weight of the quick lane on cgroup v1 (same scale; 0: none), where the execs of tenants light
+     * on CPU run beside the capsules' group instead of inside it (cgroup.ts CgroupManager.open).
+     */
+    quickCpuWeight: number;
   };
   /**
    * Memory the node gives capsules in total (MB): a capsule is admitted only
@@ -166,6 +171,7 @@ const KEYS = [
   'pids_max',
   'cpu_weight',
   'capsules_cpu_weight',
+  'quick_cpu_weight',
   'allow_swap_for_tests',
   'proc_swaps',
   'node_memory_mb',
@@ -309,6 +315,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
       pidsMax: int(m, 'pids_max', 128, 8, 1 << 22),
       cpuWeight: int(m, 'cpu_weight', 100, 1, 10000),
       capsulesCpuWeight: int(m, 'capsules_cpu_weight', 100, 1, 10000),
+      quickCpuWeight: int(m, 'quick_cpu_weight', 1000, 0, 10000),
     },
     allowSwapForTests: swap === '1',
     procSwaps,

@@ -11,6 +11,7 @@ import {
   groupPids,
   killGroup,
   oomKills,
+  placeCpu,
   processLimitHits,
   procsFiles,
   signalGroup,
@@ -113,6 +114,8 @@ export interface ExecParams {
   observeKind?: SandboxObservation['kind'];
   /** Lets the caller (destroy) abort the exec: kills the whole group. */
   onStart?: (abort: () => void) => void;
+  /** Run in the quick lane (cgroup.ts placeCpu): the tenant has been light on CPU; left once CPU-bound. */
+  quick?: boolean;
 }
 
 /**
@@ -255,7 +258,8 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   // A sandbox of another shape or uid (the capsule's egress changed how it must start) is not used.
   const fits = p.prepared?.alive === true && p.prepared.uid === uid && p.prepared.shape === shape;
   if (p.prepared?.alive && !fits) p.prepared.child.kill('SIGKILL');
-  const prepared = fits ? p.prepared! : prepareExec(procsFiles(p.cgroup), p.spec, p.seccompPath, false);
+  const quick = p.quick === true;
+  const prepared = fits ? p.prepared! : prepareExec(procsFiles(p.cgroup, quick), p.spec, p.seccompPath, false);
   const child = prepared.child;
   const script = scriptPath(p.spec.tmpfsDir);
   try {
@@ -275,6 +279,8 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   } catch (e) {
     throw new RunnerError('internal', `exec wrapper could not join the capsule cgroups: ${(e as Error).message}`);
   }
+  // The prepared sandbox joined the lane its tenant was in then: now it runs in the one chosen for this exec.
+  placeCpu(p.cgroup, quick);
   startSandbox(prepared);
   if (p.observe) {
     // The sandbox is set up and waits: look at it before its command runs (best effort; an
@@ -344,8 +350,12 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
       const now = groupRunnableMs(p.cgroup);
       if (now - runnableMs >= CPU_BOUND_MS) cpuBound = true;
       runnableMs = now;
-      // Again at every window: a re-weigh by the runner (another capsule of the tenant came or went) undid it.
-      if (cpuBound) demotion.lower();
+      // Again at every window: a re-weigh by the runner (another capsule of the tenant came or went)
+      // undid it, or a process forked while the others left the quick lane.
+      if (cpuBound) {
+        if (quick) placeCpu(p.cgroup, false);
+        demotion.lower();
+      }
     }
   }, BOUND_POLL_MS);
 

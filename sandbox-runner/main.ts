@@ -95,7 +95,7 @@ async function main(): Promise<void> {
   let cgroups: CgroupManager;
   let unconfine: () => void;
   try {
-    cgroups = CgroupManager.open(config.cgroupName, config.bounds.capsulesCpuWeight);
+    cgroups = CgroupManager.open(config.cgroupName, config.bounds.capsulesCpuWeight, config.bounds.quickCpuWeight);
     // The runner's own memory is bounded, and the runner plus its capsules together (see confineRunner).
     unconfine = cgroups.confineRunner(
       config.runnerMemoryMb * 1024 * 1024,

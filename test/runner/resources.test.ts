@@ -2,7 +2,8 @@
 // OOM, no process outliving an exec, bounded output, input never in argv.
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { FORK_LOOP_AT_BOUND, liveProcs, startRunner } from '../helpers/runner.js';
 
 t.test('resource attacks and exec semantics', async (t) => {
@@ -228,6 +229,20 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
     'a malformed tenant label is refused',
   );
 
+  // The quick lane beside the capsules group (quick_cpu_weight, default 1,000: 10,240 shares),
+  // capped at half the CPUs (at least one) per 20 ms period.
+  const quick = `${v1}.quick`;
+  t.equal(readFileSync(`${quick}/cpu.shares`, 'utf8').trim(), '10240', 'the quick lane weighs ten service threads');
+  t.equal(readFileSync(`${quick}/cpu.cfs_period_us`, 'utf8').trim(), '20000');
+  t.equal(
+    readFileSync(`${quick}/cpu.cfs_quota_us`, 'utf8').trim(),
+    String(20000 * Math.max(1, Math.floor(availableParallelism() / 2))),
+    'capped at half the CPUs',
+  );
+  const procs = (dir: string): string[] => readFileSync(`${dir}/cgroup.procs`, 'utf8').split('\n').filter(Boolean);
+  await r.client.create({ capsule_id: 'tc-1', memory_mb: 64, tenant: 'acct-c' });
+  t.ok(existsSync(`${quick}/tc-1`), 'each capsule has its group in the lane too');
+
   // A CPU-bound exec runs at a sixteenth of its capsule's weight until it ends; a sleeping one is left alone.
   const spin = r.client.exec({
     capsule_id: 'tb-1',
@@ -242,7 +257,20 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
     seen = ['tb-1', 'ta-1'].map(shares);
   }
   t.same(seen, ['64', '512'], 'the spinning capsule is lowered, the sleeping one is not');
+  // The spinner started in the quick lane (its tenant had run nothing) and left it once CPU-bound.
+  t.same(procs(`${quick}/tb-1`), [], 'the CPU-bound exec has left the quick lane');
+  t.ok(procs(`${v1}/tb-1`).length > 0, 'it runs in the capsules group, lowered');
+  t.ok(procs(`${quick}/ta-1`).length > 0, 'the sleeping exec stays in the quick lane');
   await Promise.all([spin, sleeper]);
   t.same(['tb-1', 'ta-1'].map(shares), ['1024', '512'], 'the weight is back once the exec ended');
-  for (const id of ['ta-1', 'ta-2', 'tb-1']) await r.client.destroy(id);
+
+  // A tenant that has just run 3 s of execs is not light: its next exec runs in the capsules group.
+  const after = r.client.exec({ capsule_id: 'tb-1', command: 'sleep 1', timeout_ms: 10000 });
+  const fresh = r.client.exec({ capsule_id: 'tc-1', command: 'sleep 1', timeout_ms: 10000 });
+  await new Promise((res) => setTimeout(res, 500));
+  t.ok(procs(`${v1}/tb-1`).length > 0 && procs(`${quick}/tb-1`).length === 0, 'a busy tenant: capsules group');
+  t.ok(procs(`${quick}/tc-1`).length > 0 && procs(`${v1}/tc-1`).length === 0, 'a light tenant: quick lane');
+  await Promise.all([after, fresh]);
+  for (const id of ['ta-1', 'ta-2', 'tb-1', 'tc-1']) await r.client.destroy(id);
+  t.notOk(existsSync(`${quick}/tc-1`), "a destroyed capsule's quick-lane group is removed");
 });

@@ -1,0 +1,61 @@
+// Which tenants have been light on exec time lately (their execs run in the
+// quick lane, cgroup.ts). Each tenant's exec time decays by half every
+// HALF_LIFE_MS; execs still running count with the time they have run so far.
+// A tenant is light while that sum stays under BUDGET_MS: about a quarter of
+// one exec running all the time. A lifecycle every 300 ms with a 20 ms command
+// stays light; a tenant running one long command, or many short ones back to
+// back, is not (and one that turns CPU-bound mid-exec leaves the lane then).
+
+import type { Clock } from './clock.js';
+
+const HALF_LIFE_MS = 2000;
+/** A quarter of the decayed window (HALF_LIFE_MS / ln 2, about 2.9 s). */
+const BUDGET_MS = 700;
+
+interface Usage {
+  /** Decayed exec milliseconds as of `at`. */
+  ms: number;
+  at: number;
+  /** Start times of execs still running. */
+  running: Set<{ since: number }>;
+}
+
+export class LightTenants {
+  private readonly usage = new Map<string, Usage>();
+
+  constructor(private readonly clock: Pick<Clock, 'monotonicMs'>) {}
+
+  isLight(key: string): boolean {
+    const u = this.usage.get(key);
+    if (!u) return true;
+    const now = this.clock.monotonicMs();
+    let ms = this.decayed(u, now);
+    for (const r of u.running) ms += now - r.since;
+    return ms < BUDGET_MS;
+  }
+
+  /** An exec of `key` starts; the returned function ends it (its time is added then). */
+  start(key: string): () => void {
+    const now = this.clock.monotonicMs();
+    let u = this.usage.get(key);
+    if (!u) this.usage.set(key, (u = { ms: 0, at: now, running: new Set() }));
+    const run = { since: now };
+    u.running.add(run);
+    return () => {
+      if (!u.running.delete(run)) return;
+      const end = this.clock.monotonicMs();
+      u.ms = this.decayed(u, end) + (end - run.since);
+      u.at = end;
+      this.prune(end);
+    };
+  }
+
+  /** Tenants whose time has decayed away and that run nothing are forgotten (the map stays bounded by active tenants). */
+  private prune(now: number): void {
+    for (const [key, u] of this.usage) if (u.running.size === 0 && this.decayed(u, now) < 1) this.usage.delete(key);
+  }
+
+  private decayed(u: Usage, now: number): number {
+    return u.ms * 0.5 ** ((now - u.at) / HALF_LIFE_MS);
+  }
+}
