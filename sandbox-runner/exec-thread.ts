@@ -70,8 +70,18 @@ function reply(id: number, work: Promise<ThreadValue>): Promise<unknown> {
 const waiting = new FairQueue<ToThread>();
 let draining = false;
 
+/**
+ * Starts ahead of time (sandboxes, writers) handed to the spawner at once, at most. The spawner
+ * starts one process at a time, in the order asked: handed on as they came, twenty capsules'
+ * starts queued there (measured: up to 33, 300 ms) and a light tenant's writer waited behind all
+ * of them. Held here instead, they are picked by tenant like everything else.
+ */
+const MAX_STARTING = 2;
+const startsAhead = (m: ToThread): boolean => m.op === 'prepare' || m.op === 'wprepare';
+
 function drain(): void {
-  const m = waiting.shift();
+  // Past the bound, only a tenant whose next request starts nothing ahead goes on (its order kept).
+  const m = spawner.starting < MAX_STARTING ? waiting.shift() : waiting.shift((w) => !startsAhead(w));
   if (m === undefined) {
     draining = false;
     return;
@@ -80,6 +90,15 @@ function drain(): void {
   // One request per turn of the loop: messages that arrived meanwhile are queued first, then picked fairly.
   setImmediate(drain);
 }
+
+function wake(): void {
+  if (draining || waiting.size === 0) return;
+  draining = true;
+  setImmediate(drain);
+}
+
+// A start answered: a held one may go.
+spawner.onStartAnswered = wake;
 
 port.on('message', (m: ToThread) => {
   if (m.op === 'abort') return handle(m);
@@ -97,10 +116,7 @@ port.on('message', (m: ToThread) => {
     return;
   }
   waiting.push(m.key, m);
-  if (!draining) {
-    draining = true;
-    setImmediate(drain);
-  }
+  wake();
 });
 
 function handle(m: ToThread): void {

@@ -26,14 +26,18 @@ export class FairQueue<T> {
     return item;
   }
 
-  /** The oldest request of the key whose turn it is. */
-  shift(): T | undefined {
-    const first = this.byKey.entries().next();
-    if (first.done) return undefined;
-    const [key, q] = first.value;
-    this.byKey.delete(key);
-    const item = q.shift();
-    if (q.length > 0) this.byKey.set(key, q);
-    return item;
+  /**
+   * The oldest request of the key whose turn it is; with `match`, of the first key in the round
+   * whose oldest request matches (the others keep their turn).
+   */
+  shift(match?: (item: T) => boolean): T | undefined {
+    for (const [key, q] of this.byKey) {
+      if (match && !match(q[0]!)) continue;
+      this.byKey.delete(key);
+      const item = q.shift();
+      if (q.length > 0) this.byKey.set(key, q);
+      return item;
+    }
+    return undefined;
   }
 }

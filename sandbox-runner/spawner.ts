@@ -154,6 +154,19 @@ export class Spawner {
   private helper: ChildProcess | null = null;
   private nextId = 1;
   private readonly children = new Map<number, RemoteChild>();
+  /** Starts sent to the helper and not answered yet (it starts one process at a time). */
+  private readonly pending = new Set<number>();
+  /** Called each time the helper answers a start (started or failed). */
+  onStartAnswered: (() => void) | null = null;
+
+  /** How many starts the helper has been asked for and not answered yet. */
+  get starting(): number {
+    return this.pending.size;
+  }
+
+  private answered(id: number): void {
+    if (this.pending.delete(id)) this.onStartAnswered?.();
+  }
 
   /** Starts the helper now, so that the first exec does not wait for a Node start. */
   warm(): void {
@@ -178,6 +191,7 @@ export class Spawner {
     h.channel?.unref();
     h.on('message', (m: SpawnerReply, handle: unknown) => {
       const c = this.children.get(m.id);
+      if (m.op === 'spawned' || m.op === 'failed') this.answered(m.id);
       if (m.op === 'exit' || m.op === 'failed') {
         this.children.delete(m.id);
         this.held();
@@ -199,6 +213,7 @@ export class Spawner {
         c.onReply({ op: 'failed', id: c.id, message: 'the spawner process exited' }, undefined);
       }
       this.children.clear();
+      for (const id of [...this.pending]) this.answered(id);
     };
     h.on('error', lost);
     h.on('exit', lost);
@@ -210,6 +225,7 @@ export class Spawner {
     const id = this.nextId++;
     const child = new RemoteChild(id, (cid, signal) => this.send({ op: 'kill', id: cid, signal }));
     this.children.set(id, child);
+    this.pending.add(id);
     this.send({ op: 'spawn', id, file, args, ...options });
     this.held();
     return child;
@@ -223,7 +239,10 @@ export class Spawner {
   private send(m: SpawnerRequest): void {
     const h = this.process();
     h.send(m, (e: Error | null) => {
-      if (e && m.op === 'spawn') this.children.get(m.id)?.onReply({ op: 'failed', id: m.id, message: e.message }, null);
+      if (e && m.op === 'spawn') {
+        this.answered(m.id);
+        this.children.get(m.id)?.onReply({ op: 'failed', id: m.id, message: e.message }, null);
+      }
     });
   }
 

@@ -63,3 +63,20 @@ t.test('a waiting request can be taken out; the others keep their places and tur
   q.push('b', 'b1');
   t.same(drain(q), ['a0', 'b1']);
 });
+
+t.test(
+  'shift(match): the first tenant in the round whose next request matches; the others keep their turn',
+  async (t) => {
+    const q = new FairQueue<string>();
+    q.push('a', 'start-a0');
+    q.push('a', 'run-a1');
+    q.push('b', 'start-b0');
+    q.push('victim', 'run-v0');
+    q.push('c', 'run-c0');
+    const noStart = (x: string): boolean => !x.startsWith('start');
+    t.equal(q.shift(noStart), 'run-v0', "a's and b's next requests are starts: the victim's run goes");
+    t.equal(q.shift(noStart), 'run-c0');
+    t.equal(q.shift(noStart), undefined, 'every tenant left waits with a start first (its order kept)');
+    t.same(drain(q), ['start-a0', 'start-b0', 'run-a1'], 'a and b kept their places in the round');
+  },
+);

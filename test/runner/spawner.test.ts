@@ -105,3 +105,20 @@ t.test('close waits until the helper is gone', async (t) => {
   process.kill(await c.ready, 'SIGKILL');
   t.ok(dead(helper), 'no helper left (the runner removes its cgroup leaf next)');
 });
+
+t.test('starts asked for and not answered yet are counted, each answer reported', async (t) => {
+  const sp = new Spawner();
+  t.teardown(() => sp.close());
+  let answers = 0;
+  sp.onStartAnswered = () => answers++;
+  t.equal(sp.starting, 0);
+  const kids = [1, 2, 3].map(() => sp.spawn('true', [], { stdio: ['ignore', 'ignore', 'ignore'], env }));
+  const bad = sp.spawn('/nonexistent/program', [], { stdio: ['ignore', 'ignore', 'ignore'], env });
+  t.equal(sp.starting, 4, 'four asked, none answered yet (the helper answers asynchronously)');
+  await Promise.all(kids.map((k) => k.ready));
+  await t.rejects(bad.ready);
+  t.equal(sp.starting, 0, 'a start counts until it is answered, started or failed');
+  t.equal(answers, 4);
+  await Promise.all(kids.map((k) => k.closed));
+  t.equal(answers, 4, 'an exit is not a start answered');
+});
