@@ -480,13 +480,15 @@ export class CapsuleManager {
   /** Whose a file job is and what it must go through: the bytes on the capsule's tmpfs now (unknown: large). */
   private jobOwner(c: Capsule): JobOwner {
     let bytes = Number.MAX_SAFE_INTEGER;
+    let files = Number.MAX_SAFE_INTEGER;
     try {
       const fs = statfsSync(c.record.tmpfs_dir);
       bytes = (fs.blocks - fs.bfree) * fs.bsize;
+      files = fs.files - fs.ffree;
     } catch {
       /* unmeasured: treated as large */
     }
-    return { capsule: c.record.capsule_id, tenant: this.tenantKey(c), bytes };
+    return { capsule: c.record.capsule_id, tenant: this.tenantKey(c), bytes, files };
   }
 
   /** Whose turn a capsule's work waits for (file jobs, the exec thread): its tenant, or the capsule alone. */

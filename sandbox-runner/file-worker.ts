@@ -3,7 +3,7 @@
 // of one capsule never hold the runner's event loop for the others.
 import { readlinkSync } from 'node:fs';
 import { setPriority } from 'node:os';
-import { parentPort } from 'node:worker_threads';
+import { parentPort, workerData } from 'node:worker_threads';
 import { ownBuffer } from '../shared/node/own-buffer.js';
 import { RunnerError } from '../shared/runner-protocol.js';
 import { listRegular, readRegular } from './files.js';
@@ -42,13 +42,21 @@ function run(job: FileJob): { result: unknown; transfer: ArrayBuffer[] } {
   }
 }
 
-// Below the serving thread and other tenants' commands: on Linux setpriority(2) with a thread id
-// renices that thread alone (and the helpers it starts inherit it). Best effort.
-try {
-  const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
-  if (Number.isInteger(tid) && tid > 0) setPriority(tid, 10);
-} catch {
-  /* stays at the runner's priority */
+/** Set by offloop.ts: the thread for small jobs runs at the runner's priority, the others below it. */
+export interface FileWorkerData {
+  nice: number;
+}
+
+// Bulk threads below the serving thread and other tenants' commands: on Linux setpriority(2) with a
+// thread id renices that thread alone (and the helpers it starts inherit it). Best effort.
+const { nice } = (workerData ?? { nice: 10 }) as FileWorkerData;
+if (nice !== 0) {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, nice);
+  } catch {
+    /* stays at the runner's priority */
+  }
 }
 
 parentPort?.on('message', (m: JobMessage) => {

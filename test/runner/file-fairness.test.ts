@@ -2,10 +2,10 @@
 // tenant's small job runs at once on the thread kept for small jobs, and a
 // second tenant's large job goes before the first tenant's later ones.
 import t from 'tap';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { FileWorkers, SMALL_JOB_BYTES } from '../../sandbox-runner/offloop.js';
+import { FileWorkers, SMALL_JOB_BYTES, SMALL_JOB_FILES } from '../../sandbox-runner/offloop.js';
 
 const MiB = 1024 * 1024;
 
@@ -66,4 +66,38 @@ t.test('small jobs never queue behind bulk; tenants take turns', async (t) => {
     `tenant c's job went before tenant a's later ones (order ${order.join(' ')})`,
   );
   t.ok(SMALL_JOB_BYTES >= 4096 && SMALL_JOB_BYTES < 12 * MiB, 'b is a small job, c and a are bulk');
+});
+
+/** This process's threads and their nice values (field 19 of /proc/self/task/<tid>/stat). */
+function threadNice(): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const tid of readdirSync('/proc/self/task')) {
+    try {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      out.set(tid, Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]));
+    } catch {
+      /* ended meanwhile */
+    }
+  }
+  return out;
+}
+
+t.test("the small jobs' thread runs at the runner's priority, bulk threads below it", async (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'capsule-nice-'));
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  writeFileSync(join(root, 'out.txt'), 'result\n');
+  const files = new FileWorkers(1);
+  t.teardown(() => files.close());
+  const before = threadNice();
+  const newThreads = (): number[] => [...threadNice()].filter(([tid]) => !before.has(tid)).map(([, n]) => n);
+
+  await files.read({ capsule: 's', tenant: 's', bytes: 4096, files: 3 }, root, 'out.txt', 1024);
+  t.same(newThreads(), [0], 'a small job started the small thread, at nice 0');
+  // Small in bytes but not in files (a tmpfs of empty directories): bulk.
+  await files.list({ capsule: 'd', tenant: 'd', bytes: 4096, files: SMALL_JOB_FILES + 1 }, root, 1024);
+  t.same(
+    newThreads().sort(),
+    [0, 10],
+    'a job over many files started a bulk thread, at nice 10 (it is not a small job)',
+  );
 });
