@@ -104,12 +104,13 @@ export class CapsuleManager {
   /** Listing, reads and wipes run in worker threads, never on this event loop. */
   private readonly files = new FileWorkers();
   /** Execs (process start, pipes, timeouts) run in a worker thread, never on this event loop. */
-  private readonly execs = new ExecHost();
-  /** Tenants light on exec time: their execs run in the quick lane (cgroup.ts placeCpu). */
+  private readonly execs: ExecHost;
+  /** Tenants light on exec time: their execs run in the quick lane (cgroup.ts placeCpu) and go first in the exec thread. */
   private readonly light: LightTenants;
 
   constructor(private readonly d: ManagerDeps) {
     this.light = new LightTenants(d.clock);
+    this.execs = new ExecHost((key) => this.light.isLight(key));
     mkdirSync(capsulesDir(d.config.stateDir), { recursive: true, mode: 0o711 });
     chmodSync(capsulesDir(d.config.stateDir), 0o711);
   }

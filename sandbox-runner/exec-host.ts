@@ -30,8 +30,11 @@ export interface PreparedRef {
 /** What a run needs; clock and the prepared wrapper live in the exec thread. */
 export type RunParams = Omit<ExecParams, 'clock' | 'prepared'> & { prepared: PreparedRef | null };
 
-/** Serving thread -> exec thread: every request but an abort waits its tenant's turn (`key`). */
-export type ToThread = (Request & { key: string }) | { op: 'abort'; id: number } | { op: 'close' };
+/**
+ * Serving thread -> exec thread: every request but an abort waits its tenant's turn (`key`); a
+ * light tenant's (`light`, light-tenants.ts) goes first (exec-order.ts).
+ */
+export type ToThread = (Request & { key: string; light?: boolean }) | { op: 'abort'; id: number } | { op: 'close' };
 
 type Request =
   | {
@@ -91,8 +94,11 @@ export class ExecHost {
   private readonly drops = new Map<number, () => void>();
   private closing: (() => void) | null = null;
 
-  /** Starts the thread now (its start-up, some 50 ms, stays off the first exec's path). */
-  constructor() {
+  /**
+   * Starts the thread now (its start-up, some 50 ms, stays off the first exec's path). `isLight`
+   * says whether a tenant's requests go ahead of others' in the thread.
+   */
+  constructor(private readonly isLight: (key: string) => boolean = () => false) {
     this.thread();
   }
 
@@ -162,7 +168,7 @@ export class ExecHost {
   private hold(key: string, message: (id: number) => Request): PreparedRef {
     const ref: PreparedRef = { id: this.nextId++, alive: true, key };
     this.prepared.set(ref.id, ref);
-    this.thread().postMessage({ ...message(ref.id), key } satisfies ToThread);
+    this.thread().postMessage({ ...message(ref.id), key, light: this.isLight(key) } satisfies ToThread);
     return ref;
   }
 
@@ -247,7 +253,7 @@ export class ExecHost {
     const w = this.thread();
     return new Promise<T>((resolve, reject) => {
       this.runs.set(id, { resolve, reject, ...(extra.observe ? { observe: extra.observe } : {}) });
-      w.postMessage({ ...message(id), key } satisfies ToThread, extra.transfer);
+      w.postMessage({ ...message(id), key, light: this.isLight(key) } satisfies ToThread, extra.transfer);
     });
   }
 

@@ -8,6 +8,7 @@ import { prepareWriter, runWriter, type PreparedWriter } from './charged.js';
 import { attachEgress, detachEgress } from './egress.js';
 import type { FromThread, ThreadValue, ToThread } from './exec-host.js';
 import { FairQueue } from './fair-queue.js';
+import { nextRequest } from './exec-order.js';
 import { spawner } from './spawner.js';
 
 const port = parentPort!;
@@ -70,18 +71,12 @@ function reply(id: number, work: Promise<ThreadValue>): Promise<unknown> {
 const waiting = new FairQueue<ToThread>();
 let draining = false;
 
-/**
- * Starts ahead of time (sandboxes, writers) handed to the spawner at once, at most. The spawner
- * starts one process at a time, in the order asked: handed on as they came, twenty capsules'
- * starts queued there (measured: up to 33, 300 ms) and a light tenant's writer waited behind all
- * of them. Held here instead, they are picked by tenant like everything else.
- */
-const MAX_STARTING = 2;
-const startsAhead = (m: ToThread): boolean => m.op === 'prepare' || m.op === 'wprepare';
-
+// The spawner starts one process at a time, in the order asked: handed on as
+// they came, twenty capsules' starts queued there (measured: up to 33, 300 ms)
+// and a light tenant's writer waited behind all of them. Held here instead
+// (exec-order.ts), they are picked by tenant like everything else.
 function drain(): void {
-  // Past the bound, only a tenant whose next request starts nothing ahead goes on (its order kept).
-  const m = spawner.starting < MAX_STARTING ? waiting.shift() : waiting.shift((w) => !startsAhead(w));
+  const m = nextRequest(waiting, spawner.starting);
   if (m === undefined) {
     draining = false;
     return;
