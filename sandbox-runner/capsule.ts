@@ -19,7 +19,7 @@ import {
   type ListedFile,
 } from '../shared/runner-protocol.js';
 import { writeCharged, type WriterRun } from './charged.js';
-import { groupPids, killGroup, procsFiles, removeGroup, writerProcsFile, type CgroupManager } from './cgroup.js';
+import { groupPids, killGroup, procsFiles, removeGroup, writerProcsFiles, type CgroupManager } from './cgroup.js';
 import type { Clock, Random } from './clock.js';
 import type { RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
@@ -209,7 +209,7 @@ export class CapsuleManager {
           await writeCharged(
             0,
             apps.map((a) => ({ dir: app, name: a.name, bytes: a.bytes, field: 'app_files.filename', hash: false })),
-            this.writerRun(queueKey, writerProcsFile(record.cgroup), null),
+            this.writerRun(queueKey, writerProcsFiles(record.cgroup), null),
           );
         }
         if (egress) {
@@ -326,11 +326,16 @@ export class CapsuleManager {
   }
 
   private startWriter(c: Capsule): PreparedRef {
-    return this.execs.prepareWriter(this.tenantKey(c), writerProcsFile(c.record.cgroup));
+    return this.execs.prepareWriter(this.tenantKey(c), this.writerProcs(c));
+  }
+
+  /** The cgroups a writer of this capsule joins (its CPU in the quick lane while its tenant is light). */
+  private writerProcs(c: Capsule): string[] {
+    return writerProcsFiles(c.record.cgroup, this.light.isLight(this.tenantKey(c)));
   }
 
   /** A write through the exec thread's writer (prepared, or started for it). */
-  private writerRun(queueKey: string, writerProcs: string, prepared: PreparedRef | null): WriterRun {
+  private writerRun(queueKey: string, writerProcs: string[], prepared: PreparedRef | null): WriterRun {
     return (header, chunks, hash) => this.execs.write(queueKey, writerProcs, prepared, header, chunks, hash);
   }
 
@@ -369,7 +374,7 @@ export class CapsuleManager {
             await writeCharged(
               c.record.host_uid,
               [{ dir: input.dir, name: input.name, bytes: input.bytes, field: 'input_filename', hash: false }],
-              this.writerRun(this.tenantKey(c), writerProcsFile(c.record.cgroup), this.takeWriter(c)),
+              this.writerRun(this.tenantKey(c), this.writerProcs(c), this.takeWriter(c)),
             );
           } finally {
             zeroBytes(input.bytes);
@@ -441,7 +446,7 @@ export class CapsuleManager {
         const [entry] = await writeCharged(
           c.record.host_uid,
           [{ dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true }],
-          this.writerRun(this.tenantKey(c), writerProcsFile(c.record.cgroup), this.takeWriter(c)),
+          this.writerRun(this.tenantKey(c), this.writerProcs(c), this.takeWriter(c)),
         );
         return entry!;
       } catch (e) {

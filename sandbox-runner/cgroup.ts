@@ -560,13 +560,22 @@ export async function killGroup(p: CapsuleCgroupPaths, deadlineMs = 2000, withWr
   }
 }
 
-/** The cgroup.procs file of the capsule's writer leaf (charged.ts). */
-export function writerProcsFile(p: CapsuleCgroupPaths): string {
+function writerLeafProcs(p: CapsuleCgroupPaths): string {
   return join(p.memory, WRITER_LEAF, 'cgroup.procs');
 }
 
+/**
+ * Files a writer (charged.ts) joins: the capsule's writer leaf (memory; v2: cpu too, below the
+ * capsule) and on v1 the capsule's CPU group (its quick lane's if asked): the bytes it copies for
+ * a tenant are that tenant's CPU, not the services'.
+ */
+export function writerProcsFiles(p: CapsuleCgroupPaths, quick = false): string[] {
+  const cpu = (quick && p.quick) || p.cpu;
+  return [writerLeafProcs(p), ...(cpu ? [join(cpu, 'cgroup.procs')] : [])];
+}
+
 function writerPidsOf(p: CapsuleCgroupPaths): number[] {
-  const v = read(writerProcsFile(p));
+  const v = read(writerLeafProcs(p));
   return v ? v.split('\n').filter(Boolean).map(Number) : [];
 }
 

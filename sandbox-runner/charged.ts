@@ -5,7 +5,8 @@
 // Ownership"), so the runner opens each file itself (the O_NOFOLLOW and type
 // checks below) and hands the descriptors to a short-lived writer process
 // that first joins the capsule's writer leaf (a child of its memory cgroup,
-// see cgroup.ts) and copies the bytes from a pipe with dd. A capsule's first
+// see cgroup.ts; on v1 also the capsule's CPU group) and copies the bytes from
+// a pipe with dd. A capsule's first
 // writer starts with the capsule, each next one ahead of time, like the exec wrapper.
 //
 // A full tmpfs gives ENOSPC (no_space); a capsule whose memory is full gets
@@ -24,7 +25,7 @@ const WRITE_FLAGS = constants.O_WRONLY | constants.O_CREAT | constants.O_NOFOLLO
 const RO = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
 /**
- * Joins the writer cgroup ($1), then reads one header line naming where each
+ * Joins the writer's cgroups (its arguments), then reads one header line naming where each
  * file goes and its size (`/proc/<runner pid>/fd/<fd>:<bytes> ...`: the very
  * descriptor the runner opened and checked, reopened through its magic link,
  * never a path in the capsule's tmpfs), then copies exactly that many bytes
@@ -35,7 +36,7 @@ const RO = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
  */
 const DD = 'dd iflag=fullblock,count_bytes bs=65536 conv=notrunc status=none';
 const WRITER_SCRIPT =
-  'echo $$ > "$1" || exit 125; read -r header || exit 125; set -- $header; ' +
+  'for f; do echo $$ > "$f" || exit 125; done; read -r header || exit 125; set -- $header; ' +
   // One file (an upload, an exec's input): dd replaces the shell, one fork fewer on the upload's path.
   `if [ $# -eq 1 ]; then exec ${DD} count="\${1##*:}" of="\${1%:*}"; fi; ` +
   `for spec; do ${DD} count="\${spec##*:}" of="\${spec%:*}" || exit $?; done`;
@@ -48,9 +49,9 @@ export interface PreparedWriter {
   done: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Starts a writer that joins writerProcs and waits for its header on stdin. */
-export function prepareWriter(writerProcs: string): PreparedWriter {
-  const child = spawner.spawn('/bin/sh', ['-c', WRITER_SCRIPT, 'capsule-write', writerProcs], {
+/** Starts a writer that joins every cgroup in writerProcs and waits for its header on stdin. */
+export function prepareWriter(writerProcs: string[]): PreparedWriter {
+  const child = spawner.spawn('/bin/sh', ['-c', WRITER_SCRIPT, 'capsule-write', ...writerProcs], {
     stdio: ['pipe', 'ignore', 'pipe'],
     env: { PATH: HOST_PATH, LC_ALL: 'C' },
   });
@@ -138,7 +139,7 @@ export interface WriterResult {
 
 /** Runs one write: the header line, then each file's bytes, on a writer's stdin (prepared, or started now). */
 export async function runWriter(
-  writerProcs: string,
+  writerProcs: string[],
   prepared: PreparedWriter | null,
   header: string,
   chunks: Uint8Array[],
@@ -179,7 +180,7 @@ export type WriterRun = (header: string, chunks: Uint8Array[], hash: boolean[]) 
 
 /**
  * Writes each file as a new regular file owned by uid, its pages charged to
- * the capsule (writerProcs: the cgroup.procs file of its writer leaf).
+ * the capsule (its writer joins cgroup.ts writerProcsFiles).
  * All or nothing: on failure every file this call created or emptied is removed.
  */
 export async function writeCharged(uid: number, files: ChargedFile[], run: WriterRun): Promise<FileEntry[]> {

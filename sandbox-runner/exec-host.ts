@@ -45,11 +45,11 @@ type Request =
       seccompPath: string;
       ahead: boolean;
     }
-  | { op: 'wprepare'; id: number; writerProcs: string }
+  | { op: 'wprepare'; id: number; writerProcs: string[] }
   | {
       op: 'write';
       id: number;
-      writerProcs: string;
+      writerProcs: string[];
       prepared: number | null;
       header: string;
       chunks: Uint8Array[];
@@ -161,7 +161,7 @@ export class ExecHost {
   }
 
   /** Starts a capsule's next writer (charged.ts) in the exec thread; it joins the writer leaf, then waits. */
-  prepareWriter(key: string, writerProcs: string): PreparedRef {
+  prepareWriter(key: string, writerProcs: string[]): PreparedRef {
     return this.hold(key, (id) => ({ op: 'wprepare', id, writerProcs }));
   }
 
@@ -186,7 +186,7 @@ export class ExecHost {
    */
   write(
     key: string,
-    writerProcs: string,
+    writerProcs: string[],
     prepared: PreparedRef | null,
     header: string,
     chunks: Uint8Array[],

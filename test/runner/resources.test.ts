@@ -242,6 +242,18 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
   const procs = (dir: string): string[] => readFileSync(`${dir}/cgroup.procs`, 'utf8').split('\n').filter(Boolean);
   await r.client.create({ capsule_id: 'tc-1', memory_mb: 64, tenant: 'acct-c' });
   t.ok(existsSync(`${quick}/tc-1`), 'each capsule has its group in the lane too');
+  // Its upload writer, started ahead, is in the capsule's CPU group too (here the lane's): the bytes it
+  // copies for a tenant are that tenant's CPU, not the services'.
+  const mem = /^\d+:memory:(.*)$/m.exec(readFileSync(`/proc/${r.process.pid}/cgroup`, 'utf8'))![1]!;
+  // The runner itself sits in its subtree's .runner leaf (memory).
+  const writerLeaf = `/sys/fs/cgroup/memory/${mem.replace(/\/\.runner$/, '')}/tc-1/writer`.replace(/\/+/g, '/');
+  let writers: string[] = [];
+  for (let i = 0; i < 100 && writers.length === 0; i++) {
+    await new Promise((res) => setTimeout(res, 20));
+    writers = procs(writerLeaf);
+  }
+  t.equal(writers.length, 1, 'one writer waits in the writer leaf');
+  t.ok(procs(`${quick}/tc-1`).includes(writers[0]!), "and in the capsule's CPU group (the quick lane's)");
 
   // A CPU-bound exec runs at a sixteenth of its capsule's weight until it ends; a sleeping one is left alone.
   const spin = r.client.exec({
