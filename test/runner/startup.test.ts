@@ -2,7 +2,7 @@
 // bubblewrap, with a bad configuration, or with active swap.
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RUNNER_MAIN, startRunner } from '../helpers/runner.js';
@@ -84,4 +84,20 @@ t.test('allow_swap_for_tests starts with active swap and says so in host facts',
   t.teardown(() => r.stop());
   t.equal((await r.client.hello()).host.swap_active, true, 'host facts state the swap');
   t.match(r.stderr(), /WARNING swap is active/);
+});
+
+t.test("the runner's file calls have 16 threads, not libuv's default 4", async (t) => {
+  const r = await startRunner();
+  t.teardown(() => r.stop());
+  await r.client.create({ capsule_id: 'pool', memory_mb: 64 });
+  await r.client.destroy('pool');
+  const pid = r.process.pid!;
+  const names = readdirSync(`/proc/${pid}/task`).map((tid) => {
+    try {
+      return readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+    } catch {
+      return '';
+    }
+  });
+  t.equal(names.filter((n) => n === 'libuv-worker').length, 16);
 });
