@@ -188,7 +188,7 @@ export class CapsuleManager {
         // The record goes first so that a crash from here on is found by recovery.
         writeRecord(record);
         // The cgroup first: the app files below are charged to it.
-        this.d.cgroups.create(id, {
+        await this.d.cgroups.create(id, {
           memoryBytes: mem * 1024 * 1024,
           pidsMax: config.bounds.pidsMax,
           cpuWeight: config.bounds.cpuWeight,

@@ -10,6 +10,7 @@
 //     pids.max, cpu.shares, OOM count from memory.oom_control; v1 has no
 //     group OOM kill, so the runner kills the whole group when the count moves.
 import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import { mkdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 
@@ -271,44 +272,49 @@ export class CgroupManager {
     if (!enableControllers(sub)) throw new CgroupError(`cannot enable memory and pids controllers in ${sub}`);
   }
 
-  create(id: string, limits: CgroupLimits): CapsuleCgroupPaths {
+  /**
+   * Makes the capsule's groups. WARNING: mkdir and rmdir in a cgroup hierarchy wait for the
+   * kernel's one cgroup lock, which every process move on the node takes (held long under a fork
+   * storm: 120-520 ms measured in the soak), so they run on libuv's pool, never on the caller's loop.
+   */
+  async create(id: string, limits: CgroupLimits): Promise<CapsuleCgroupPaths> {
     if (this.mode === 'v2') {
       const dir = join(this.memoryBase, id);
-      mkdirSync(dir);
+      await mkdir(dir);
       write(join(dir, 'memory.max'), String(limits.memoryBytes));
       // Absent only without swap accounting in the kernel; present, it must take the 0.
       if (existsSync(join(dir, 'memory.swap.max'))) write(join(dir, 'memory.swap.max'), '0');
       write(join(dir, 'memory.oom.group'), '1');
       write(join(dir, 'pids.max'), String(limits.pidsMax));
       if (existsSync(join(dir, 'cpu.weight'))) write(join(dir, 'cpu.weight'), String(limits.cpuWeight));
-      mkdirSync(join(dir, WRITER_LEAF));
+      await mkdir(join(dir, WRITER_LEAF));
       return { mode: 'v2', memory: dir, pids: null, cpu: null };
     }
     const mem = join(this.memoryBase, id);
-    mkdirSync(mem);
+    await mkdir(mem);
     write(join(mem, 'memory.limit_in_bytes'), String(limits.memoryBytes));
     // memsw = memory+swap; equal to the memory limit means no swap at all.
     if (existsSync(join(mem, 'memory.memsw.limit_in_bytes')))
       write(join(mem, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
     tryWrite(join(mem, 'memory.swappiness'), '0');
-    mkdirSync(join(mem, WRITER_LEAF));
+    await mkdir(join(mem, WRITER_LEAF));
     tryWrite(join(mem, WRITER_LEAF, 'memory.swappiness'), '0');
     let pids: string | null = null;
     if (this.pidsBase) {
       pids = join(this.pidsBase, id);
-      mkdirSync(pids);
+      await mkdir(pids);
       write(join(pids, 'pids.max'), String(limits.pidsMax));
     }
     let cpu: string | null = null;
     if (this.cpuBase) {
       cpu = join(this.cpuBase, id);
-      mkdirSync(cpu);
+      await mkdir(cpu);
       tryWrite(join(cpu, 'cpu.shares'), String(v1Shares(limits.cpuWeight)));
     }
     let quick: string | null = null;
     if (this.quickBase) {
       quick = join(this.quickBase, id);
-      mkdirSync(quick);
+      await mkdir(quick);
     }
     return { mode: this.mode, memory: mem, pids, cpu, quick };
   }
@@ -404,15 +410,17 @@ export function procsFiles(p: CapsuleCgroupPaths, quick = false): string[] {
 /**
  * Moves the capsule's processes into the quick lane's CPU group or out of it (v1; a no-op
  * without a lane). A few rounds: a process may fork while the others move; a child forked
- * meanwhile is found in the next one.
+ * meanwhile is found in the next one. Asynchronous: a move waits for the kernel's cgroup lock
+ * (see create), and the exec thread serves every tenant.
  */
-export function placeCpu(p: CapsuleCgroupPaths, quick: boolean): void {
+export async function placeCpu(p: CapsuleCgroupPaths, quick: boolean): Promise<void> {
   if (!p.quick || !p.cpu) return;
   const [from, to] = quick ? [p.cpu, p.quick] : [p.quick, p.cpu];
   for (let round = 0; round < 5; round++) {
-    const pids = read(join(from, 'cgroup.procs'));
-    if (!pids) return;
-    for (const pid of pids.split('\n')) tryWrite(join(to, 'cgroup.procs'), pid); // fails only for one that exited
+    const pids = (await readFile(join(from, 'cgroup.procs'), 'utf8').catch(() => '')).split('\n').filter(Boolean);
+    if (pids.length === 0) return;
+    // A write fails only for a process that exited.
+    for (const pid of pids) await writeFile(join(to, 'cgroup.procs'), pid).catch(() => undefined);
   }
 }
 
@@ -587,7 +595,7 @@ export async function removeGroup(p: CapsuleCgroupPaths): Promise<boolean> {
     let removed = false;
     for (let i = 0; i < 50 && !removed; i++) {
       try {
-        rmdirSync(d);
+        await rmdir(d); // off the loop: see create
         removed = true;
       } catch {
         await sleep(5);

@@ -280,7 +280,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
     throw new RunnerError('internal', `exec wrapper could not join the capsule cgroups: ${(e as Error).message}`);
   }
   // The prepared sandbox joined the lane its tenant was in then: now it runs in the one chosen for this exec.
-  placeCpu(p.cgroup, quick);
+  await placeCpu(p.cgroup, quick);
   startSandbox(prepared);
   if (p.observe) {
     // The sandbox is set up and waits: look at it before its command runs (best effort; an
@@ -314,6 +314,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   let limitKilled = false;
   const demotion = new CpuDemotion(p.cgroup, CPU_BOUND_DIVISOR);
   let cpuBound = false;
+  let ended = false;
   let polls = 0;
   let runnableMs = groupRunnableMs(p.cgroup);
   let killTimer: NodeJS.Timeout | null = null;
@@ -353,13 +354,15 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
       // Again at every window: a re-weigh by the runner (another capsule of the tenant came or went)
       // undid it, or a process forked while the others left the quick lane.
       if (cpuBound) {
-        if (quick) placeCpu(p.cgroup, false);
-        demotion.lower();
+        // Lowered once out of the lane (the lowered weight is the capsules group's), unless it ended meanwhile.
+        if (quick) void placeCpu(p.cgroup, false).then(() => ended || demotion.lower());
+        else demotion.lower();
       }
     }
   }, BOUND_POLL_MS);
 
   const [code, signal] = await child.closed;
+  ended = true;
   // The script held this exec's env: it is not left for the next one to read.
   rmSync(script, { force: true });
   clearTimeout(timeout);
