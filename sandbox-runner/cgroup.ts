@@ -291,31 +291,22 @@ export class CgroupManager {
       return { mode: 'v2', memory: dir, pids: null, cpu: null };
     }
     const mem = join(this.memoryBase, id);
-    await mkdir(mem);
+    const pids = this.pidsBase ? join(this.pidsBase, id) : null;
+    const cpu = this.cpuBase ? join(this.cpuBase, id) : null;
+    const quick = this.quickBase ? join(this.quickBase, id) : null;
+    // The hierarchies side by side: each mkdir is a trip through the pool and a wait for the lock.
+    await Promise.all([
+      mkdir(mem).then(() => mkdir(join(mem, WRITER_LEAF))),
+      ...[pids, cpu, quick].filter((d): d is string => d !== null).map((d) => mkdir(d)),
+    ]);
     write(join(mem, 'memory.limit_in_bytes'), String(limits.memoryBytes));
     // memsw = memory+swap; equal to the memory limit means no swap at all.
     if (existsSync(join(mem, 'memory.memsw.limit_in_bytes')))
       write(join(mem, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
     tryWrite(join(mem, 'memory.swappiness'), '0');
-    await mkdir(join(mem, WRITER_LEAF));
     tryWrite(join(mem, WRITER_LEAF, 'memory.swappiness'), '0');
-    let pids: string | null = null;
-    if (this.pidsBase) {
-      pids = join(this.pidsBase, id);
-      await mkdir(pids);
-      write(join(pids, 'pids.max'), String(limits.pidsMax));
-    }
-    let cpu: string | null = null;
-    if (this.cpuBase) {
-      cpu = join(this.cpuBase, id);
-      await mkdir(cpu);
-      tryWrite(join(cpu, 'cpu.shares'), String(v1Shares(limits.cpuWeight)));
-    }
-    let quick: string | null = null;
-    if (this.quickBase) {
-      quick = join(this.quickBase, id);
-      await mkdir(quick);
-    }
+    if (pids) write(join(pids, 'pids.max'), String(limits.pidsMax));
+    if (cpu) tryWrite(join(cpu, 'cpu.shares'), String(v1Shares(limits.cpuWeight)));
     return { mode: this.mode, memory: mem, pids, cpu, quick };
   }
 
