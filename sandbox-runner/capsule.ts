@@ -19,7 +19,7 @@ import {
   type ListedFile,
 } from '../shared/runner-protocol.js';
 import { writeCharged, type WriterRun } from './charged.js';
-import { groupPids, killGroup, procsFiles, removeGroup, writerProcsFiles, type CgroupManager } from './cgroup.js';
+import { groupPids, killGroup, removeGroup, writerProcsFiles, type CgroupManager } from './cgroup.js';
 import type { Clock, Random } from './clock.js';
 import type { RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
@@ -313,7 +313,8 @@ export class CapsuleManager {
     const ahead = c.execCount === 0 || c.execCount >= 2;
     const ref = this.execs.prepare(
       this.tenantKey(c),
-      procsFiles(c.record.cgroup, this.light.isLight(this.tenantKey(c))),
+      c.record.cgroup,
+      this.isLight(c),
       this.spec(c),
       this.d.seccompPath,
       ahead,
@@ -331,7 +332,7 @@ export class CapsuleManager {
 
   /** The cgroups a writer of this capsule joins (its CPU in the quick lane while its tenant is light). */
   private writerProcs(c: Capsule): string[] {
-    return writerProcsFiles(c.record.cgroup, this.light.isLight(this.tenantKey(c)));
+    return writerProcsFiles(c.record.cgroup, this.isLight(c));
   }
 
   /** A write through the exec thread's writer (prepared, or started for it). */
@@ -366,7 +367,7 @@ export class CapsuleManager {
       }
       c.running++;
       // Decided before this exec counts toward its tenant's time (light-tenants.ts).
-      const quick = this.light.isLight(this.tenantKey(c));
+      const quick = this.isLight(c);
       const ran = this.light.start(this.tenantKey(c));
       try {
         if (input) {
@@ -495,6 +496,11 @@ export class CapsuleManager {
       /* unmeasured: treated as large */
     }
     return { capsule: c.record.capsule_id, tenant: this.tenantKey(c), bytes, files };
+  }
+
+  /** Its tenant has been light on exec time lately: its processes run in the quick lane (light-tenants.ts). */
+  private isLight(c: Capsule): boolean {
+    return this.light.isLight(this.tenantKey(c));
   }
 
   /** Whose turn a capsule's work waits for (file jobs, the exec thread): its tenant, or the capsule alone. */

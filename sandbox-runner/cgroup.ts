@@ -391,11 +391,14 @@ export class CgroupManager {
   }
 }
 
+/** v1: the capsule's CPU group, in the quick lane if asked and there is one. */
+function cpuDir(p: CapsuleCgroupPaths, quick: boolean): string | null {
+  return (quick && p.quick) || p.cpu;
+}
+
 /** Files a new process writes its pid to, before exec, to join every controller (its CPU in the quick lane if asked and there is one). */
 export function procsFiles(p: CapsuleCgroupPaths, quick = false): string[] {
-  return [p.memory, p.pids, (quick && p.quick) || p.cpu]
-    .filter((d): d is string => !!d)
-    .map((d) => join(d, 'cgroup.procs'));
+  return [p.memory, p.pids, cpuDir(p, quick)].filter((d): d is string => !!d).map((d) => join(d, 'cgroup.procs'));
 }
 
 /**
@@ -569,7 +572,7 @@ function writerLeafProcs(p: CapsuleCgroupPaths): string {
  * a tenant are that tenant's CPU, not the services'.
  */
 export function writerProcsFiles(p: CapsuleCgroupPaths, quick = false): string[] {
-  const cpu = (quick && p.quick) || p.cpu;
+  const cpu = cpuDir(p, quick);
   return [writerLeafProcs(p), ...(cpu ? [join(cpu, 'cgroup.procs')] : [])];
 }
 

@@ -15,6 +15,7 @@ import { RunnerError, type RunnerErrorCode } from '../shared/runner-error.js';
 import type { ExecOutcome, ExecParams, SandboxObservation } from './exec.js';
 import type { WriterResult } from './charged.js';
 import type { SandboxSpec } from './sandbox.js';
+import type { CapsuleCgroupPaths } from './cgroup.js';
 import { detachEgress, type EgressDetached, type EgressState } from './egress.js';
 
 const THREAD_URL = new URL('./exec-thread.js', import.meta.url);
@@ -40,7 +41,9 @@ type Request =
   | {
       op: 'prepare';
       id: number;
-      procs: string[];
+      cgroup: CapsuleCgroupPaths;
+      /** Its CPU in the quick lane (cgroup.ts placeCpu). */
+      quick: boolean;
       spec: SandboxSpec;
       seccompPath: string;
       ahead: boolean;
@@ -156,8 +159,15 @@ export class ExecHost {
    * Starts the next exec's wrapper in the exec thread (as the uid wrapperUid gives; in the capsule's
    * cgroups, waiting), its sandbox set up ahead of time if `ahead` (prepareExec).
    */
-  prepare(key: string, procs: string[], spec: SandboxSpec, seccompPath: string, ahead: boolean): PreparedRef {
-    return this.hold(key, (id) => ({ op: 'prepare', id, procs, spec, seccompPath, ahead }));
+  prepare(
+    key: string,
+    cgroup: CapsuleCgroupPaths,
+    quick: boolean,
+    spec: SandboxSpec,
+    seccompPath: string,
+    ahead: boolean,
+  ): PreparedRef {
+    return this.hold(key, (id) => ({ op: 'prepare', id, cgroup, quick, spec, seccompPath, ahead }));
   }
 
   /** Starts a capsule's next writer (charged.ts) in the exec thread; it joins the writer leaf, then waits. */

@@ -15,7 +15,7 @@ interface Ordered {
 }
 
 /** Sandboxes and writers started ahead of time: the requests the spawner bound holds back. */
-export function startsAhead(m: Ordered): boolean {
+function startsAhead(m: Ordered): boolean {
   return m.op === 'prepare' || m.op === 'wprepare';
 }
 

@@ -94,6 +94,8 @@ export interface Prepared {
   joined: Promise<void>;
   /** Told its first "go": the sandbox is being (or has been) set up. */
   started: boolean;
+  /** It joined the capsule's CPU group in the quick lane (cgroup.ts placeCpu). */
+  quick: boolean;
   /** The sandbox's pid once it is set up and waits for its script; rejects if it ended first. */
   ready: Promise<number>;
 }
@@ -169,11 +171,13 @@ const { signals } = constants;
  * for execs that are likely to come (a capsule's first; later ones of a capsule that runs many).
  */
 export function prepareExec(
-  cgroupProcsFiles: string[],
+  cgroup: CapsuleCgroupPaths,
+  quick: boolean,
   spec: SandboxSpec,
   seccompPath: string,
   ahead: boolean,
 ): Prepared {
+  const cgroupProcsFiles = procsFiles(cgroup, quick);
   const uid = wrapperUid(spec);
   const argv = sandboxArgv(spec);
   const { file, args } = wrapperArgv(uid === null ? cgroupProcsFiles : [], argv);
@@ -217,7 +221,7 @@ export function prepareExec(
       }),
   );
   ready.catch(() => undefined);
-  const p: Prepared = { child, alive: true, uid, shape: argv.join('\0'), joined, started: false, ready };
+  const p: Prepared = { child, alive: true, uid, shape: argv.join('\0'), joined, started: false, quick, ready };
   joined.catch(() => {
     // WARNING: a wrapper outside the capsule's cgroups must never be told "go".
     p.alive = false;
@@ -259,7 +263,7 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   const fits = p.prepared?.alive === true && p.prepared.uid === uid && p.prepared.shape === shape;
   if (p.prepared?.alive && !fits) p.prepared.child.kill('SIGKILL');
   const quick = p.quick === true;
-  const prepared = fits ? p.prepared! : prepareExec(procsFiles(p.cgroup, quick), p.spec, p.seccompPath, false);
+  const prepared = fits ? p.prepared! : prepareExec(p.cgroup, quick, p.spec, p.seccompPath, false);
   const child = prepared.child;
   const script = scriptPath(p.spec.tmpfsDir);
   try {
@@ -279,8 +283,8 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
   } catch (e) {
     throw new RunnerError('internal', `exec wrapper could not join the capsule cgroups: ${(e as Error).message}`);
   }
-  // The prepared sandbox joined the lane its tenant was in then: now it runs in the one chosen for this exec.
-  await placeCpu(p.cgroup, quick);
+  // A sandbox prepared while its tenant was in the other lane moves to the one chosen for this exec.
+  if (prepared.quick !== quick) await placeCpu(p.cgroup, quick);
   startSandbox(prepared);
   if (p.observe) {
     // The sandbox is set up and waits: look at it before its command runs (best effort; an
