@@ -16,6 +16,9 @@ import type { FileJob, FileWorkerData, JobMessage, JobReply } from './file-worke
 import type { WipeOptions, WipeOutcome } from './wipe.js';
 
 const WORKER_URL = new URL('./file-worker.js', import.meta.url);
+/** Thread names of the file threads (at most 15 characters, the kernel's bound). */
+export const FILE_THREAD_SMALL = 'files-small';
+export const FILE_THREAD_BULK = 'files-bulk';
 
 /** A job over at most this many bytes and files may also run on the thread kept for small jobs. */
 export const SMALL_JOB_BYTES = 8 * 1024 * 1024;
@@ -60,7 +63,11 @@ export class FileWorkers {
   constructor(private readonly maxWorkers = 4) {}
 
   private spawn(small: boolean): Slot {
-    const worker = new Worker(WORKER_URL, { workerData: { nice: small ? 0 : 10 } satisfies FileWorkerData });
+    // The name becomes the OS thread's name (top -H, /proc/<pid>/task/<tid>/comm).
+    const worker = new Worker(WORKER_URL, {
+      name: small ? FILE_THREAD_SMALL : FILE_THREAD_BULK,
+      workerData: { nice: small ? 0 : 10 } satisfies FileWorkerData,
+    });
     worker.unref();
     const slot: Slot = { worker, small, busy: null };
     const done = (r: JobReply): void => {

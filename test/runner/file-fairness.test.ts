@@ -5,7 +5,13 @@ import t from 'tap';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { FileWorkers, SMALL_JOB_BYTES, SMALL_JOB_FILES } from '../../sandbox-runner/offloop.js';
+import {
+  FILE_THREAD_BULK,
+  FILE_THREAD_SMALL,
+  FileWorkers,
+  SMALL_JOB_BYTES,
+  SMALL_JOB_FILES,
+} from '../../sandbox-runner/offloop.js';
 
 const MiB = 1024 * 1024;
 
@@ -68,13 +74,18 @@ t.test('small jobs never queue behind bulk; tenants take turns', async (t) => {
   t.ok(SMALL_JOB_BYTES >= 4096 && SMALL_JOB_BYTES < 12 * MiB, 'b is a small job, c and a are bulk');
 });
 
-/** This process's threads and their nice values (field 19 of /proc/self/task/<tid>/stat). */
-function threadNice(): Map<string, number> {
-  const out = new Map<string, number>();
+/**
+ * This process's file threads and their nice values (field 19 of /proc/self/task/<tid>/stat), as
+ * "name nice". By name: libuv's pool and V8's helpers start threads of their own at any time.
+ */
+function threadNice(): Map<string, string> {
+  const out = new Map<string, string>();
   for (const tid of readdirSync('/proc/self/task')) {
     try {
+      const name = readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim();
+      if (name !== FILE_THREAD_SMALL && name !== FILE_THREAD_BULK) continue;
       const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-      out.set(tid, Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]));
+      out.set(tid, `${name} ${stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]}`);
     } catch {
       /* ended meanwhile */
     }
@@ -89,15 +100,15 @@ t.test("the small jobs' thread runs at the runner's priority, bulk threads below
   const files = new FileWorkers(1);
   t.teardown(() => files.close());
   const before = threadNice();
-  const newThreads = (): number[] => [...threadNice()].filter(([tid]) => !before.has(tid)).map(([, n]) => n);
+  const newThreads = (): string[] => [...threadNice()].filter(([tid]) => !before.has(tid)).map(([, n]) => n);
 
   await files.read({ capsule: 's', tenant: 's', bytes: 4096, files: 3 }, root, 'out.txt', 1024);
-  t.same(newThreads(), [0], 'a small job started the small thread, at nice 0');
+  t.same(newThreads(), [`${FILE_THREAD_SMALL} 0`], 'a small job started the small thread, at nice 0');
   // Small in bytes but not in files (a tmpfs of empty directories): bulk.
   await files.list({ capsule: 'd', tenant: 'd', bytes: 4096, files: SMALL_JOB_FILES + 1 }, root, 1024);
   t.same(
     newThreads().sort(),
-    [0, 10],
+    [`${FILE_THREAD_BULK} 10`, `${FILE_THREAD_SMALL} 0`],
     'a job over many files started a bulk thread, at nice 10 (it is not a small job)',
   );
 });
