@@ -2,14 +2,19 @@
 // bundle lives in the capsule's tmpfs); the proxy mints one leaf per host the
 // capsule CONNECTs to and caches it for the capsule's life.
 //
+// Keys are ECDSA P-256: a key pair costs well under a millisecond, where the
+// RSA-2048 pairs used before took 50-500 ms of CPU each on the control plane's
+// thread pool (two per capsule with egress, on the services' CPU share).
+//
 // Key handling: both private keys (CA and the shared leaf key) exist as DER
 // Buffers this module owns; destroy() overwrites them with zeros and reads
-// them back. node-forge builds the certificates, but signing is delegated to
-// node:crypto so the CA key never becomes a forge (JS BigInteger) object.
+// them back. node-forge builds the certificates' ASN.1 (names, extensions);
+// the public key and the signature come from node:crypto, so the CA key never
+// becomes a JS object.
 // WARNING: OpenSSL also holds copies (the signing KeyObject, each TLS
 // SecureContext); those are released to the garbage collector, not measured,
 // and the evidence says so.
-import { createHash, createPrivateKey, generateKeyPair, sign, type KeyObject } from 'node:crypto';
+import { createHash, createPrivateKey, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
 import { createSecureContext as tlsContext, type SecureContext } from 'node:tls';
 import forge from 'node-forge';
 
@@ -27,7 +32,7 @@ export interface KeyDestructionEvidence {
   ca_certificate_sha256: string;
   keys: {
     role: 'egress_ca' | 'egress_leaf';
-    algorithm: 'RSA-2048';
+    algorithm: 'ECDSA-P256';
     der_bytes: number;
     overwrite: 'zeros';
     readback_all_zero: boolean;
@@ -70,42 +75,79 @@ function pemBuffer(der: Buffer, label: string): Buffer {
   return out.subarray(0, o);
 }
 
-interface RsaKeyPair {
+interface KeyPair {
+  /** PKCS#8 DER of the private key: the copy destroy() zeroizes. */
   der: Buffer;
-  publicPem: string;
+  /** SubjectPublicKeyInfo DER. */
+  spki: Buffer;
 }
 
-/** RSA-2048 generated on libuv's thread pool: the API process's event loop keeps serving meanwhile. */
-function rsaKeyPair(): Promise<RsaKeyPair> {
-  return new Promise((resolve, reject) =>
-    generateKeyPair(
-      'rsa',
-      {
-        modulusLength: 2048,
-        publicKeyEncoding: { type: 'spki', format: 'pem' },
-        privateKeyEncoding: { type: 'pkcs8', format: 'der' },
-      },
-      (err, publicPem, der) => (err ? reject(err) : resolve({ der, publicPem })),
-    ),
-  );
+function ecKeyPair(): KeyPair {
+  const { publicKey, privateKey } = generateKeyPairSync('ec', {
+    namedCurve: 'P-256',
+    publicKeyEncoding: { type: 'spki', format: 'der' },
+    privateKeyEncoding: { type: 'pkcs8', format: 'der' },
+  });
+  return { der: privateKey, spki: publicKey };
 }
 
-/** forge "signer": forge hands us the md it fed the TBS bytes into; we sign those bytes natively. */
-function nativeSigner(key: KeyObject) {
-  let tbs = '';
-  const md = {
-    algorithm: 'sha256',
-    update(bytes: string) {
-      tbs += bytes;
-      return md;
-    },
-  };
-  return {
-    md: md as unknown as forge.md.MessageDigest,
-    key: {
-      sign: () => sign('sha256', Buffer.from(tbs, 'binary'), key).toString('binary'),
-    } as unknown as forge.pki.rsa.PrivateKey,
-  };
+const asn1 = forge.asn1;
+const ECDSA_WITH_SHA256 = '1.2.840.10045.4.3.2';
+
+/** AlgorithmIdentifier ecdsa-with-SHA256: parameters absent (RFC 5758 3.2). */
+function ecdsaSha256(): forge.asn1.Asn1 {
+  return asn1.create(asn1.Class.UNIVERSAL, asn1.Type.SEQUENCE, true, [
+    asn1.create(asn1.Class.UNIVERSAL, asn1.Type.OID, false, asn1.oidToDer(ECDSA_WITH_SHA256).getBytes()),
+  ]);
+}
+
+/** Key identifier (RFC 5280 4.2.1.2, method 1): SHA-1 of the subjectPublicKey BIT STRING's bytes, as a byte string. */
+function keyIdentifier(spki: Buffer): string {
+  const bits = asn1.fromDer(spki.toString('binary')).value[1] as forge.asn1.Asn1;
+  const key = Buffer.from((bits.value as string).slice(1), 'binary'); // after the unused-bits octet
+  return createHash('sha1').update(key).digest('binary');
+}
+
+/** The extension with its value given: forge would derive one from an RSA key. */
+function subjectKeyId(id: string): object {
+  return { name: 'subjectKeyIdentifier', value: asn1.create(asn1.Class.UNIVERSAL, asn1.Type.OCTETSTRING, false, id) };
+}
+
+/**
+ * The DER certificate: forge's certificate object gives the names, validity and extensions;
+ * the public key is `spki` and the signature is ECDSA P-256 with SHA-256 by `key` (node:crypto).
+ */
+function signedCertificate(cert: forge.pki.Certificate, spki: Buffer, key: KeyObject): Buffer {
+  const { Class, Type } = asn1;
+  const time = (d: Date) => asn1.create(Class.UNIVERSAL, Type.UTCTIME, false, asn1.dateToUtcTime(d));
+  const tbs = asn1.create(Class.UNIVERSAL, Type.SEQUENCE, true, [
+    asn1.create(Class.CONTEXT_SPECIFIC, 0, true, [
+      asn1.create(Class.UNIVERSAL, Type.INTEGER, false, asn1.integerToDer(2).getBytes()), // v3
+    ]),
+    asn1.create(Class.UNIVERSAL, Type.INTEGER, false, forge.util.hexToBytes(cert.serialNumber)),
+    ecdsaSha256(),
+    forge.pki.distinguishedNameToAsn1(cert.issuer),
+    asn1.create(Class.UNIVERSAL, Type.SEQUENCE, true, [time(cert.validity.notBefore), time(cert.validity.notAfter)]),
+    forge.pki.distinguishedNameToAsn1(cert.subject),
+    asn1.fromDer(spki.toString('binary')),
+    // Not in @types/node-forge, but exported by node-forge's x509.js.
+    (
+      forge.pki as unknown as { certificateExtensionsToAsn1(e: unknown[]): forge.asn1.Asn1 }
+    ).certificateExtensionsToAsn1(cert.extensions),
+  ]);
+  const tbsDer = Buffer.from(asn1.toDer(tbs).getBytes(), 'binary');
+  const signature = sign('sha256', tbsDer, key); // DER ECDSA-Sig-Value
+  const der = asn1.create(Class.UNIVERSAL, Type.SEQUENCE, true, [
+    tbs,
+    ecdsaSha256(),
+    asn1.create(Class.UNIVERSAL, Type.BITSTRING, false, '\0' + signature.toString('binary')),
+  ]);
+  return Buffer.from(asn1.toDer(der).getBytes(), 'binary');
+}
+
+function pem(der: Buffer): string {
+  const b64 = der.toString('base64').replace(/.{64}/g, '$&\n');
+  return `-----BEGIN CERTIFICATE-----\n${b64}${b64.endsWith('\n') ? '' : '\n'}-----END CERTIFICATE-----\n`;
 }
 
 export class CapsuleCa {
@@ -113,55 +155,59 @@ export class CapsuleCa {
   readonly #opts: CaOptions;
   #caDer: Buffer | null;
   #caKey: KeyObject | null;
-  #caCert: forge.pki.Certificate;
-  #caSki: string;
+  /** The CA certificate's DER and its subject and key identifier, which every leaf names as issuer. */
+  #caCertDer: Buffer;
+  #caSubject: forge.pki.CertificateField[];
+  #caKeyId: string;
   #leafDer: Buffer | null;
   #leafPem: Buffer | null;
-  #leafPublic: forge.pki.PublicKey;
+  #leafSpki: Buffer;
   #contexts = new Map<string, SecureContext>();
   #issued = 0;
   #notBefore: Date;
   #notAfter: Date;
 
-  /** Generates the CA and leaf keys (in parallel, off the event loop) and the CA certificate. */
+  /** Generates the CA and leaf keys and the CA certificate. */
   static async create(opts: CaOptions): Promise<CapsuleCa> {
-    const [ca, leaf] = await Promise.all([rsaKeyPair(), rsaKeyPair()]);
-    return new CapsuleCa(opts, ca, leaf);
+    return new CapsuleCa(opts, ecKeyPair(), ecKeyPair());
   }
 
-  private constructor(opts: CaOptions, ca: RsaKeyPair, leaf: RsaKeyPair) {
+  private constructor(opts: CaOptions, ca: KeyPair, leaf: KeyPair) {
     this.#opts = opts;
     this.#caDer = ca.der;
     this.#caKey = createPrivateKey({ key: ca.der, format: 'der', type: 'pkcs8' });
     this.#leafDer = leaf.der;
     this.#leafPem = pemBuffer(leaf.der, 'PRIVATE KEY');
-    this.#leafPublic = forge.pki.publicKeyFromPem(leaf.publicPem);
+    this.#leafSpki = leaf.spki;
     const now = opts.nowMs();
     // Backdated an hour for clock skew inside the capsule.
     this.#notBefore = new Date(now - 3600_000);
     this.#notAfter = new Date(now + opts.validityHours * 3600_000);
 
-    const cert = forge.pki.createCertificate();
-    cert.publicKey = forge.pki.publicKeyFromPem(ca.publicPem);
-    cert.serialNumber = this.#serial();
-    cert.validity.notBefore = this.#notBefore;
-    cert.validity.notAfter = this.#notAfter;
-    const name = [
+    this.#caSubject = [
       { name: 'commonName', value: `Capsule egress CA ${opts.capsuleId}`.slice(0, 64) },
       { name: 'organizationName', value: 'Capsule sealed egress' },
     ];
-    cert.setSubject(name);
-    cert.setIssuer(name);
-    cert.setExtensions([
+    this.#caKeyId = keyIdentifier(ca.spki);
+    const cert = this.#certificate(this.#caSubject, [
       { name: 'basicConstraints', cA: true, pathLenConstraint: 0, critical: true },
       { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
-      { name: 'subjectKeyIdentifier' },
+      subjectKeyId(this.#caKeyId),
     ]);
-    const s = nativeSigner(this.#caKey);
-    cert.sign(s.key, s.md);
-    this.#caCert = cert;
-    this.#caSki = cert.generateSubjectKeyIdentifier().getBytes();
-    this.caPem = forge.pki.certificateToPem(cert);
+    this.#caCertDer = signedCertificate(cert, ca.spki, this.#caKey);
+    this.caPem = pem(this.#caCertDer);
+  }
+
+  /** An unsigned certificate issued by this CA: fresh serial, the CA's validity, `subject`, `extensions`. */
+  #certificate(subject: forge.pki.CertificateField[], extensions: object[]): forge.pki.Certificate {
+    const cert = forge.pki.createCertificate();
+    cert.serialNumber = this.#serial();
+    cert.validity.notBefore = this.#notBefore;
+    cert.validity.notAfter = this.#notAfter;
+    cert.setSubject(subject);
+    cert.setIssuer(this.#caSubject);
+    cert.setExtensions(extensions);
+    return cert;
   }
 
   #serial(): string {
@@ -180,24 +226,19 @@ export class CapsuleCa {
     const cached = this.#contexts.get(host);
     if (cached) return cached;
     if (!this.#caKey || !this.#leafPem) throw new Error('egress CA destroyed');
-    const cert = forge.pki.createCertificate();
-    cert.publicKey = this.#leafPublic;
-    cert.serialNumber = this.#serial();
-    cert.validity.notBefore = this.#notBefore;
-    cert.validity.notAfter = this.#notAfter;
-    cert.setSubject([{ name: 'commonName', value: host.slice(0, 64) }]);
-    cert.setIssuer(this.#caCert.subject.attributes);
-    cert.setExtensions([
-      { name: 'basicConstraints', cA: false, critical: true },
-      { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
-      { name: 'extKeyUsage', serverAuth: true },
-      { name: 'subjectAltName', altNames: [isIp ? { type: 7, ip: host } : { type: 2, value: host }] },
-      { name: 'subjectKeyIdentifier' },
-      { name: 'authorityKeyIdentifier', keyIdentifier: this.#caSki },
-    ]);
-    const s = nativeSigner(this.#caKey);
-    cert.sign(s.key, s.md);
-    const ctx = tlsContext({ key: this.#leafPem, cert: forge.pki.certificateToPem(cert), minVersion: 'TLSv1.2' });
+    const cert = this.#certificate(
+      [{ name: 'commonName', value: host.slice(0, 64) }],
+      [
+        { name: 'basicConstraints', cA: false, critical: true },
+        { name: 'keyUsage', digitalSignature: true, critical: true },
+        { name: 'extKeyUsage', serverAuth: true },
+        { name: 'subjectAltName', altNames: [isIp ? { type: 7, ip: host } : { type: 2, value: host }] },
+        subjectKeyId(keyIdentifier(this.#leafSpki)),
+        { name: 'authorityKeyIdentifier', keyIdentifier: this.#caKeyId },
+      ],
+    );
+    const certPem = pem(signedCertificate(cert, this.#leafSpki, this.#caKey));
+    const ctx = tlsContext({ key: this.#leafPem, cert: certPem, minVersion: 'TLSv1.2' });
     this.#contexts.set(host, ctx);
     this.#issued++;
     return ctx;
@@ -214,7 +255,7 @@ export class CapsuleCa {
       buf?.fill(0);
       return {
         role,
-        algorithm: 'RSA-2048' as const,
+        algorithm: 'ECDSA-P256' as const,
         der_bytes: n,
         overwrite: 'zeros' as const,
         readback_all_zero: buf !== null && buf.every((b) => b === 0),
@@ -228,9 +269,8 @@ export class CapsuleCa {
     this.#leafDer = null;
     this.#leafPem = null;
     this.#caKey = null;
-    const der = Buffer.from(forge.asn1.toDer(forge.pki.certificateToAsn1(this.#caCert)).getBytes(), 'binary');
     return {
-      ca_certificate_sha256: `sha256:${createHash('sha256').update(der).digest('hex')}`,
+      ca_certificate_sha256: `sha256:${createHash('sha256').update(this.#caCertDer).digest('hex')}`,
       keys,
       leaf_certificates_issued: this.#issued,
       tls_contexts_released: released,

@@ -67,7 +67,7 @@ t.test('two capsules: independent CAs, rules and events; stopping one leaves the
   const evidence = await a.proxy.stop();
   t.equal(evidence.keys.length, 2);
   for (const k of evidence.keys) {
-    t.ok(k.der_bytes > 1000, `${k.role} key had DER bytes`);
+    t.ok(k.der_bytes >= 138, `${k.role} key had DER bytes`);
     t.equal(k.readback_all_zero, true, `${k.role} key overwritten with zeros and read back`);
   }
   t.equal(evidence.leaf_certificates_issued, 1);
@@ -95,10 +95,21 @@ t.test('the per-capsule CA: a constrained CA, leaves minted per host and cached'
   const ca = new X509Certificate(c.proxy.caPem);
   t.ok(ca.ca, 'basicConstraints CA');
   t.match(ca.subject, /cap_life_c/);
+  t.equal(ca.publicKey.asymmetricKeyType, 'ec', 'an ECDSA key (P-256)');
+  t.equal(ca.publicKey.asymmetricKeyDetails?.namedCurve, 'prime256v1');
+  t.ok(ca.verify(ca.publicKey), 'self-signed, and the signature holds');
   t.equal(await c.get('a.egress.test'), '200');
   t.equal(await c.get('a.egress.test'), '200');
   const ev2 = await c.proxy.stop();
   t.equal(ev2.leaf_certificates_issued, 1, 'second connection reused the cached leaf');
+  t.same(
+    ev2.keys.map((k) => [k.role, k.algorithm, k.der_bytes >= 138, k.readback_all_zero]),
+    [
+      ['egress_ca', 'ECDSA-P256', true, true],
+      ['egress_leaf', 'ECDSA-P256', true, true],
+    ],
+    'both private keys overwritten and read back as zeros',
+  );
 });
 
 t.test('invalid config is refused at start, naming the problem', async (t) => {
