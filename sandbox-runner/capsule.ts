@@ -28,7 +28,7 @@ import { ExecHost, type PreparedRef } from './exec-host.js';
 import { validateFilename } from './files.js';
 import { mountinfoOfAsync, processesOwnedBy, swapActive, type NsName } from './host.js';
 import { baseEnv, EXEC_DIR, type SandboxSpec } from './sandbox.js';
-import { isMounted, type Mounter } from './tmpfs.js';
+import type { Mounter } from './tmpfs.js';
 import type { UidPool } from './uids.js';
 import { FileWorkers, type JobOwner } from './offloop.js';
 import { wipeAndZeroize } from './wipe.js';
@@ -572,14 +572,11 @@ export class CapsuleManager {
     for (const c of mine) this.d.cgroups.setCpuWeight(c.record.cgroup, this.d.config.bounds.cpuWeight / mine.length);
   }
 
-  private async teardown(c: Capsule, commandWasRunning: boolean, dropped: Promise<unknown>): Promise<DestroyResult> {
+  /** Teardown's file branch: the tmpfs as mounted, its wipe, its unmount, the state directory's removal. */
+  private async wipeAndUnmount(c: Capsule) {
     const r = c.record;
-    // Its processes only have to die now: at full weight, a dying capsule on a busy node is not
-    // queued behind every other tenant's CPU to do so (nothing it runs gets another instruction).
-    this.d.cgroups.setCpuWeight(r.cgroup, 10_000);
-    const cgEmpty = await killGroup(r.cgroup);
-    const egress = r.egress ? await this.execs.detachEgress(this.tenantKey(c), r.egress) : null;
-    const tmpfsMountBefore = (await mountinfoOfAsync('self')).find((m) => m.mount_point === r.tmpfs_dir) ?? null;
+    // Read while the wipe runs (neither changes the mount): the line says what was mounted before it.
+    const mountBefore = mountinfoOfAsync('self').then((m) => m.find((x) => x.mount_point === r.tmpfs_dir) ?? null);
     let wipe: Awaited<ReturnType<FileWorkers['wipe']>>;
     try {
       wipe = await this.files.wipe(this.jobOwner(c), r.tmpfs_dir, c.key, {
@@ -593,21 +590,40 @@ export class CapsuleManager {
       wipe = wipeAndZeroize(r.tmpfs_dir, this.d.random.bytes(32), { sparseHelper: this.d.config.wipeSparseHelper });
       wipe.keyReadbackZero = wipe.keyReadbackZero && c.key.every((b) => b === 0);
     }
-    const keyZero = wipe.keyReadbackZero;
+    const tmpfsMountBefore = await mountBefore;
     const unmount = await this.d.mounter.unmount(r.tmpfs_dir);
-    const unmounted = unmount.gone;
-    await dropped;
-    const removed = cgEmpty ? await removeGroup(r.cgroup) : false;
-    const owned = processesOwnedBy(r.host_uid);
-    const released = owned.pids.length === 0;
-    if (released) this.d.uids.release(r.host_uid);
     let stateRemoved = false;
     try {
-      await removeState(r.tmpfs_dir, unmounted);
+      await removeState(r.tmpfs_dir, unmount.gone);
       stateRemoved = true;
     } catch {
       stateRemoved = false;
     }
+    return { tmpfsMountBefore, wipe, unmount, stateRemoved };
+  }
+
+  private async teardown(c: Capsule, commandWasRunning: boolean, dropped: Promise<unknown>): Promise<DestroyResult> {
+    const r = c.record;
+    // Its processes only have to die now: at full weight, a dying capsule on a busy node is not
+    // queued behind every other tenant's CPU to do so (nothing it runs gets another instruction).
+    this.d.cgroups.setCpuWeight(r.cgroup, 10_000);
+    const cgEmpty = await killGroup(r.cgroup);
+    // Its processes are dead: what follows runs side by side, since each branch mostly waits for a
+    // different host-wide kernel lock (network namespaces, mounts, cgroups) that other capsules'
+    // sandboxes hold for tens of ms on a busy node.
+    const egressDone = r.egress ? this.execs.detachEgress(this.tenantKey(c), r.egress) : Promise.resolve(null);
+    const groupRemoved = dropped.then(() => (cgEmpty ? removeGroup(r.cgroup) : false));
+    const files = this.wipeAndUnmount(c);
+    const [egress, removed, { tmpfsMountBefore, wipe, unmount, stateRemoved }] = await Promise.all([
+      egressDone,
+      groupRemoved,
+      files,
+    ]);
+    const unmounted = unmount.gone;
+    const keyZero = wipe.keyReadbackZero;
+    const owned = processesOwnedBy(r.host_uid);
+    const released = owned.pids.length === 0;
+    if (released) this.d.uids.release(r.host_uid);
     const host: HostFacts = { ...this.d.host, swap_active: swapActive(this.d.config.procSwaps) };
     const evidence = buildEvidence({
       capsuleId: r.capsule_id,
@@ -634,7 +650,7 @@ export class CapsuleManager {
         released,
       },
       cgroup: { mode: r.cgroup.mode, empty: cgEmpty && groupPids(r.cgroup).length === 0, removed },
-      tmpfsUnmounted: unmounted && !isMounted(r.tmpfs_dir),
+      tmpfsUnmounted: unmounted,
       tmpfsDetachedLazily: unmount.lazy,
       stateRemoved,
       commandWasRunning,

@@ -18,7 +18,7 @@ import {
   type CapsuleCgroupPaths,
 } from './cgroup.js';
 import type { Clock } from './clock.js';
-import { mountinfoOf, nsInodes, type MountLine, type NsName } from './host.js';
+import { mountinfoOfAsync, nsInodes, type MountLine, type NsName } from './host.js';
 import {
   execScriptText,
   GO_FD,
@@ -291,14 +291,13 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
     // absent observation is reported as such).
     const pid = await within(prepared.ready, 2000).catch(() => 0);
     try {
-      if (pid)
-        p.observe({
-          kind: p.observeKind ?? 'first_exec',
-          at: p.clock.iso(),
-          pid,
-          namespaces: nsInodes(pid),
-          mounts: mountinfoOf(pid),
-        });
+      if (pid) {
+        const at = p.clock.iso();
+        const namespaces = nsInodes(pid);
+        // Async: the read waits for the host's mount lock, and this thread starts every tenant's execs.
+        const mounts = await mountinfoOfAsync(pid);
+        p.observe({ kind: p.observeKind ?? 'first_exec', at, pid, namespaces, mounts });
+      }
     } catch {
       /* the sandbox ended meanwhile */
     }

@@ -6,6 +6,8 @@
 // not per capsule) makes them on request; if it cannot run, the runner falls
 // back to the util-linux tools. Requests are lines of NUL-separated fields.
 import { spawn, spawnSync, type ChildProcessByStdio } from 'node:child_process';
+import { stat } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import { mountinfoOf } from './host.js';
 
@@ -37,6 +39,20 @@ for line in sys.stdin:
 
 export function isMounted(dir: string): boolean {
   return mountinfoOf('self').some((m) => m.mount_point === dir);
+}
+
+/**
+ * Whether a filesystem is mounted on dir, from its device against its parent's (as mountpoint(1)
+ * does; a capsule tmpfs has a device of its own). Unlike reading mountinfo this never waits for
+ * the host's mount lock, which sandboxes starting and ending hold for tens of ms on a busy node.
+ */
+export async function isMountPoint(dir: string): Promise<boolean> {
+  try {
+    const [d, parent] = await Promise.all([stat(dir, { bigint: true }), stat(dirname(dir), { bigint: true })]);
+    return d.dev !== parent.dev;
+  } catch {
+    return false; // dir gone: nothing is mounted there
+  }
 }
 
 export class Mounter {
@@ -109,7 +125,7 @@ export class Mounter {
       const r = spawnSync('umount', [dir], { encoding: 'utf8' });
       if (r.status !== 0 && isMounted(dir)) lazy = spawnSync('umount', ['-l', dir]).status === 0;
     }
-    return { gone: !isMounted(dir), lazy };
+    return { gone: !(await isMountPoint(dir)), lazy };
   }
 
   /** Ends the helper; resolves once it has exited (at most 2 s), so that its cgroup can be removed. */
