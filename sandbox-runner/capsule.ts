@@ -366,9 +366,10 @@ export class CapsuleManager {
         throw new RunnerError('busy', `capsule_id: capsule ${c.record.capsule_id} is being destroyed`);
       }
       c.running++;
-      // Decided before this exec counts toward its tenant's time (light-tenants.ts).
-      const quick = this.isLight(c);
+      // Decided as this exec starts (light-tenants.ts): it counts from 0 ms, and a tenant's second
+      // exec running at once is not light.
       const ran = this.light.start(this.tenantKey(c));
+      const quick = this.isLight(c);
       try {
         if (input) {
           try {

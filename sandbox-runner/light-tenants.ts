@@ -5,12 +5,22 @@
 // one exec running all the time. A lifecycle every 300 ms with a 20 ms command
 // stays light; a tenant running one long command, or many short ones back to
 // back, is not (and one that turns CPU-bound mid-exec leaves the lane then).
+//
+// Light is also earned and one at a time: a tenant is light only once an exec
+// of its own has ended on this node (a tenant never seen is not trusted with
+// the lane), and for one exec at a time: not while two of its execs run. Under
+// the soak, twenty new capsules of five new accounts started fork and memory
+// bombs in the lane at once (all light by time: none had run yet); the lane
+// hit its CPU cap in 80 of its first 211 periods, and every light tenant's
+// processes waited out each one.
 
 import type { Clock } from './clock.js';
 
 const HALF_LIFE_MS = 2000;
 /** A quarter of the decayed window (HALF_LIFE_MS / ln 2, about 2.9 s). */
 const BUDGET_MS = 700;
+/** Tenants remembered as seen after their time has decayed away (oldest forgotten first). */
+const KNOWN_MAX = 10_000;
 
 interface Usage {
   /** Decayed exec milliseconds as of `at`. */
@@ -22,12 +32,17 @@ interface Usage {
 
 export class LightTenants {
   private readonly usage = new Map<string, Usage>();
+  /** Tenants with an exec ended on this node, in order of their last one (oldest first). */
+  private readonly known = new Set<string>();
 
   constructor(private readonly clock: Pick<Clock, 'monotonicMs'>) {}
 
+  /** Whether `key` is light now; while one of its execs runs, only that one is (ask after start()). */
   isLight(key: string): boolean {
+    if (!this.known.has(key)) return false;
     const u = this.usage.get(key);
     if (!u) return true;
+    if (u.running.size > 1) return false;
     const now = this.clock.monotonicMs();
     let ms = this.decayed(u, now);
     for (const r of u.running) ms += now - r.since;
@@ -46,6 +61,9 @@ export class LightTenants {
       const end = this.clock.monotonicMs();
       u.ms = this.decayed(u, end) + (end - run.since);
       u.at = end;
+      this.known.delete(key); // re-added last: the set stays in order of last use
+      this.known.add(key);
+      if (this.known.size > KNOWN_MAX) this.known.delete(this.known.values().next().value!);
       this.prune(end);
     };
   }

@@ -1,5 +1,6 @@
 // Which tenants' execs run in the quick lane: light ones, by their exec time
-// decaying by half every 2 s (budget 700 ms), with a manual clock.
+// decaying by half every 2 s (budget 700 ms), once seen and one exec at a
+// time, with a manual clock.
 import t from 'tap';
 import { LightTenants } from '../../sandbox-runner/light-tenants.js';
 
@@ -13,9 +14,40 @@ function setup(): { light: LightTenants; advance: (ms: number) => void } {
   };
 }
 
+/** Makes `key` a tenant this node has seen: one instant exec, ended. */
+function seen(light: LightTenants, key: string): void {
+  light.start(key)();
+}
+
+t.test('light is earned: a tenant never seen is not light until an exec of its own has ended', async (t) => {
+  const { light, advance } = setup();
+  t.notOk(light.isLight('new'), 'never seen: not trusted with the lane');
+  const end = light.start('new');
+  t.notOk(light.isLight('new'), 'nor while its first exec runs');
+  advance(20);
+  end();
+  t.ok(light.isLight('new'), 'seen, and 20 ms of exec time: light');
+  advance(60_000);
+  t.ok(light.isLight('new'), 'a minute later, its time decayed away and forgotten, it is still known');
+});
+
+t.test('one exec at a time: a second exec running at once is not light', async (t) => {
+  const { light } = setup();
+  seen(light, 'a');
+  const first = light.start('a');
+  t.ok(light.isLight('a'), 'its one running exec is light (asked after start)');
+  const second = light.start('a');
+  t.notOk(light.isLight('a'), 'two at once: not light');
+  second();
+  t.ok(light.isLight('a'), 'back to one');
+  first();
+  t.ok(light.isLight('a'));
+});
+
 t.test('one long exec makes a tenant heavy, while it runs and until its time decays', async (t) => {
   const { light, advance } = setup();
-  t.ok(light.isLight('a'), 'a tenant never seen is light');
+  seen(light, 'a');
+  seen(light, 'b');
   const end = light.start('a');
   advance(600);
   t.ok(light.isLight('a'), '600 ms into its first exec: under the budget');
@@ -33,6 +65,8 @@ t.test('one long exec makes a tenant heavy, while it runs and until its time dec
 
 t.test('short execs back to back add up; the same pace with pauses does not', async (t) => {
   const { light, advance } = setup();
+  seen(light, 'victim');
+  seen(light, 'loop');
   // 20 ms commands every 300 ms (the soak's victim): settles near 20 / (1 - 0.5^0.15) = 204 ms.
   for (let i = 0; i < 100; i++) {
     const end = light.start('victim');
@@ -54,9 +88,22 @@ t.test('short execs back to back add up; the same pace with pauses does not', as
 
 t.test('concurrent execs of one tenant count together', async (t) => {
   const { light, advance } = setup();
+  seen(light, 'four');
   const ends = [1, 2, 3, 4].map(() => light.start('four'));
   advance(200);
   t.notOk(light.isLight('four'), 'four execs 200 ms in: 800 ms');
   for (const e of ends) e();
-  t.notOk(light.isLight('four'));
+  t.notOk(light.isLight('four'), 'ended: their 800 ms stay');
+});
+
+t.test('the tenants remembered as seen are bounded: the one longest without an exec is forgotten first', async (t) => {
+  const { light } = setup();
+  seen(light, 'oldest');
+  seen(light, 'kept');
+  for (let i = 0; i < 9_998; i++) seen(light, `t${i}`);
+  seen(light, 'kept'); // its latest exec moves it to the back
+  t.ok(light.isLight('oldest') && light.isLight('kept'), '10,000 remembered');
+  seen(light, 'one-more');
+  t.notOk(light.isLight('oldest'), 'the 10,001st pushed out the one longest without an exec');
+  t.ok(light.isLight('kept'), 'one with a recent exec stays');
 });

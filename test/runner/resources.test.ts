@@ -240,6 +240,10 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
     'capped at half the CPUs',
   );
   const procs = (dir: string): string[] => readFileSync(`${dir}/cgroup.procs`, 'utf8').split('\n').filter(Boolean);
+  // Light is earned (light-tenants.ts): each tenant below has run one exec of its own first.
+  await r.client.create({ capsule_id: 'tc-0', memory_mb: 64, tenant: 'acct-c' });
+  for (const id of ['ta-1', 'tb-1', 'tc-0'])
+    await r.client.exec({ capsule_id: id, command: 'true', timeout_ms: 10000 });
   await r.client.create({ capsule_id: 'tc-1', memory_mb: 64, tenant: 'acct-c' });
   t.ok(existsSync(`${quick}/tc-1`), 'each capsule has its group in the lane too');
   // Its upload writer, started ahead, is in the capsule's CPU group too (here the lane's): the bytes it
@@ -269,7 +273,7 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
     seen = ['tb-1', 'ta-1'].map(shares);
   }
   t.same(seen, ['64', '512'], 'the spinning capsule is lowered, the sleeping one is not');
-  // The spinner started in the quick lane (its tenant had run nothing) and left it once CPU-bound.
+  // The spinner started in the quick lane (its tenant had run one instant exec) and left it once CPU-bound.
   t.same(procs(`${quick}/tb-1`), [], 'the CPU-bound exec has left the quick lane');
   t.ok(procs(`${v1}/tb-1`).length > 0, 'it runs in the capsules group, lowered');
   t.ok(procs(`${quick}/ta-1`).length > 0, 'the sleeping exec stays in the quick lane');
@@ -283,6 +287,13 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
   t.ok(procs(`${v1}/tb-1`).length > 0 && procs(`${quick}/tb-1`).length === 0, 'a busy tenant: capsules group');
   t.ok(procs(`${quick}/tc-1`).length > 0 && procs(`${v1}/tc-1`).length === 0, 'a light tenant: quick lane');
   await Promise.all([after, fresh]);
-  for (const id of ['ta-1', 'ta-2', 'tb-1', 'tc-1']) await r.client.destroy(id);
+
+  // A tenant this node has never seen is not trusted with the lane: its first exec runs in the capsules group.
+  await r.client.create({ capsule_id: 'td-1', memory_mb: 64, tenant: 'acct-d' });
+  const first = r.client.exec({ capsule_id: 'td-1', command: 'sleep 1', timeout_ms: 10000 });
+  await new Promise((res) => setTimeout(res, 500));
+  t.ok(procs(`${v1}/td-1`).length > 0 && procs(`${quick}/td-1`).length === 0, 'a new tenant: capsules group');
+  await first;
+  for (const id of ['ta-1', 'ta-2', 'tb-1', 'tc-0', 'tc-1', 'td-1']) await r.client.destroy(id);
   t.notOk(existsSync(`${quick}/tc-1`), "a destroyed capsule's quick-lane group is removed");
 });
