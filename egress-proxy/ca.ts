@@ -145,11 +145,6 @@ function signedCertificate(cert: forge.pki.Certificate, spki: Buffer, key: KeyOb
   return Buffer.from(asn1.toDer(der).getBytes(), 'binary');
 }
 
-function pem(der: Buffer): string {
-  const b64 = der.toString('base64').replace(/.{64}/g, '$&\n');
-  return `-----BEGIN CERTIFICATE-----\n${b64}${b64.endsWith('\n') ? '' : '\n'}-----END CERTIFICATE-----\n`;
-}
-
 export class CapsuleCa {
   readonly caPem: string;
   readonly #opts: CaOptions;
@@ -195,7 +190,7 @@ export class CapsuleCa {
       subjectKeyId(this.#caKeyId),
     ]);
     this.#caCertDer = signedCertificate(cert, ca.spki, this.#caKey);
-    this.caPem = pem(this.#caCertDer);
+    this.caPem = pemBuffer(this.#caCertDer, 'CERTIFICATE').toString('latin1');
   }
 
   /** An unsigned certificate issued by this CA: fresh serial, the CA's validity, `subject`, `extensions`. */
@@ -237,7 +232,7 @@ export class CapsuleCa {
         { name: 'authorityKeyIdentifier', keyIdentifier: this.#caKeyId },
       ],
     );
-    const certPem = pem(signedCertificate(cert, this.#leafSpki, this.#caKey));
+    const certPem = pemBuffer(signedCertificate(cert, this.#leafSpki, this.#caKey), 'CERTIFICATE');
     const ctx = tlsContext({ key: this.#leafPem, cert: certPem, minVersion: 'TLSv1.2' });
     this.#contexts.set(host, ctx);
     this.#issued++;

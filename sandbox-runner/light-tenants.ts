@@ -6,9 +6,9 @@
 // stays light; a tenant running one long command, or many short ones back to
 // back, is not (and one that turns CPU-bound mid-exec leaves the lane then).
 //
-// Light is also earned and one at a time: a tenant is light only once an exec
-// of its own has ended on this node (a tenant never seen is not trusted with
-// the lane), and for one exec at a time: not while two of its execs run. Under
+// Light is also earned and taken one exec at a time: a tenant is light only
+// once an exec of its own has ended on this node (a tenant never seen is not
+// trusted with the lane), and not while two of its execs run. Under
 // the soak, twenty new capsules of five new accounts started fork and memory
 // bombs in the lane at once (all light by time: none had run yet); the lane
 // hit its CPU cap in 80 of its first 211 periods, and every light tenant's

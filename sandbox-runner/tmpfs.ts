@@ -50,8 +50,9 @@ export async function isMountPoint(dir: string): Promise<boolean> {
   try {
     const [d, parent] = await Promise.all([stat(dir, { bigint: true }), stat(dirname(dir), { bigint: true })]);
     return d.dev !== parent.dev;
-  } catch {
-    return false; // dir gone: nothing is mounted there
+  } catch (e) {
+    // Gone: nothing is mounted there. Any other failure is no evidence that it left.
+    return (e as NodeJS.ErrnoException).code !== 'ENOENT';
   }
 }
 
