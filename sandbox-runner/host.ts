@@ -85,17 +85,10 @@ export function parseMountinfo(text: string): MountLine[] {
   return out;
 }
 
-export function mountinfoOf(pid: number | 'self'): MountLine[] {
-  try {
-    return parseMountinfo(readFileSync(`/proc/${pid}/mountinfo`, 'utf8'));
-  } catch {
-    return [];
-  }
-}
-
 /**
- * mountinfoOf off the calling thread's loop. Reading mountinfo waits for the host's mount lock,
- * which every sandbox start and exit takes: tens of ms while capsules churn.
+ * A process's mount table, read off the calling thread's loop: reading mountinfo waits for the
+ * host's mount lock, which every sandbox start and exit takes (tens of ms while capsules churn).
+ * Empty when the process is gone.
  */
 export async function mountinfoOfAsync(pid: number | 'self'): Promise<MountLine[]> {
   try {

@@ -18,7 +18,7 @@ import { compilePolicy, loadPolicy, PolicyError } from './seccomp.js';
 import { prepareEtc, procMaskArgs } from './sandbox.js';
 import { startServer, startTlsServer } from './server.js';
 import type { AddressInfo } from 'node:net';
-import { isMounted, Mounter } from './tmpfs.js';
+import { isMountPoint, Mounter } from './tmpfs.js';
 import { UidPool } from './uids.js';
 
 // libuv sizes its thread pool from UV_THREADPOOL_SIZE when the pool first starts. The runner's
@@ -129,7 +129,7 @@ async function main(): Promise<void> {
     // The capsules' /etc and /proc masks live on a small tmpfs of their own, so a
     // capsule's mountinfo names them by their path in it ("/<hash>"), never by a host path.
     mkdirSync(etcRoot, { recursive: true, mode: 0o711 });
-    if (!isMounted(etcRoot)) await mounter.mount(etcRoot, ETC_TMPFS_MB, 16384);
+    if (!(await isMountPoint(etcRoot))) await mounter.mount(etcRoot, ETC_TMPFS_MB, 16384);
     for (const root of new Set(Object.values(config.runtimes))) prepareEtc(root, etcDirFor(config.stateDir, root));
     procMask = procMaskArgs(join(etcRoot, '.mask'));
     chmodSync(etcRoot, 0o711);

@@ -8,7 +8,7 @@ import { groupPids, killGroup, removeGroup, type CgroupManager } from './cgroup.
 import { CAPSULE_ID_RE, capsulesDir, readRecord, removeState } from './state-record.js';
 import type { Clock, Random } from './clock.js';
 import { recoverEgress } from './egress.js';
-import { isMounted, type Mounter } from './tmpfs.js';
+import { isMountPoint, type Mounter } from './tmpfs.js';
 import { wipeAndZeroize } from './wipe.js';
 
 export async function recoverCapsules(
@@ -39,14 +39,14 @@ export async function recoverCapsules(
     const egress = record?.egress ? await recoverEgress(record.egress) : null;
     if (fresh.memory !== paths.memory) empty = (await killGroup(fresh)) && empty;
     let wipe = null;
-    const wasMounted = isMounted(tmpfsDir);
+    const wasMounted = await isMountPoint(tmpfsDir);
+    let unmounted = true;
     if (wasMounted) {
       wipe = wipeAndZeroize(tmpfsDir, random.bytes(32)).report;
-      await mounter.unmount(tmpfsDir);
+      unmounted = (await mounter.unmount(tmpfsDir)).gone;
     }
     let removed = await removeGroup(paths);
     if (fresh.memory !== paths.memory) removed = (await removeGroup(fresh)) && removed;
-    const unmounted = !isMounted(tmpfsDir);
     let stateRemoved = true;
     try {
       await removeState(tmpfsDir, unmounted);

@@ -9,7 +9,6 @@ import { spawn, spawnSync, type ChildProcessByStdio } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
-import { mountinfoOf } from './host.js';
 
 export class TmpfsError extends Error {}
 
@@ -36,10 +35,6 @@ for line in sys.stdin:
     sys.stdout.write("ok\n" if r == 0 else "err %d\n" % err)
     sys.stdout.flush()
 `;
-
-export function isMounted(dir: string): boolean {
-  return mountinfoOf('self').some((m) => m.mount_point === dir);
-}
 
 /**
  * Whether a filesystem is mounted on dir, from its device against its parent's (as mountpoint(1)
@@ -124,7 +119,7 @@ export class Mounter {
     let lazy = reply === 'ok lazy';
     if (reply === null) {
       const r = spawnSync('umount', [dir], { encoding: 'utf8' });
-      if (r.status !== 0 && isMounted(dir)) lazy = spawnSync('umount', ['-l', dir]).status === 0;
+      if (r.status !== 0 && (await isMountPoint(dir))) lazy = spawnSync('umount', ['-l', dir]).status === 0;
     }
     return { gone: !(await isMountPoint(dir)), lazy };
   }
