@@ -63,9 +63,9 @@ function readMounts(): Mount[] {
 }
 
 /** controller name ("memory", "" for the v2 line) -> own cgroup path */
-function ownCgroups(): Map<string, string> {
+function ownCgroups(pid: number | 'self' = 'self'): Map<string, string> {
   const m = new Map<string, string>();
-  for (const line of readFileSync('/proc/self/cgroup', 'utf8').split('\n')) {
+  for (const line of readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n')) {
     const i = line.indexOf(':');
     const j = line.indexOf(':', i + 1);
     if (i < 0 || j < 0) continue;
@@ -125,6 +125,12 @@ export const RUNNER_LEAF = '.runner';
 /** v1: suffix of the quick lane's group, a sibling of the capsules' group (see CgroupManager.open). */
 const QUICK_SUFFIX = '.quick';
 
+/**
+ * v1: suffix of the services' CPU group (the runner and the `capsule serve` that supervises it), a
+ * sibling of the capsules' group (see confineRunner).
+ */
+const SERVICES_SUFFIX = '.services';
+
 /** Where the runner's cgroup v2 puts its own processes (see prepareV2). */
 const SUPERVISOR_LEAF = 'capsule-supervisor';
 
@@ -151,6 +157,7 @@ export class CgroupManager {
     private readonly pidsBase: string | null,
     private readonly cpuBase: string | null,
     private readonly quickBase: string | null = null,
+    private readonly servicesBase: string | null = null,
   ) {}
 
   /** Finds the hierarchy and prepares `<own cgroup>/<name>`; throws CgroupError with a clear message. */
@@ -166,8 +173,13 @@ export class CgroupManager {
    * CPUs (at least one), so light tenants together can never take the whole node from the
    * services, and an exec that turns CPU-bound is moved out of it (exec.ts). v2 has no lane:
    * each capsule is already weighed directly against the services there.
+   *
+   * servicesCpuWeight (v1; 0: none): the weight of the services' own CPU group, made here and
+   * joined by confineRunner. Left in the root group, the runner and `capsule serve` weighed what
+   * the kernel gave their session (with autogroups, one nice-0 share for the session together,
+   * whatever else ran in it), less than the quick lane.
    */
-  static open(name: string, capsulesCpuWeight = 100, quickCpuWeight = 0): CgroupManager {
+  static open(name: string, capsulesCpuWeight = 100, quickCpuWeight = 0, servicesCpuWeight = 0): CgroupManager {
     const mounts = readMounts();
     const own = ownCgroups();
     const v2 = mounts.find((m) => m.fstype === 'cgroup2');
@@ -214,13 +226,26 @@ export class CgroupManager {
     const cpuMount = v1For('cpu');
     let cpuBase: string | null = null;
     let quickBase: string | null = null;
+    let servicesBase: string | null = null;
     if (cpuMount) {
-      cpuBase = join(base(cpuMount, own.get('cpu') ?? '/'), name);
+      let cpuOwn = base(cpuMount, own.get('cpu') ?? '/');
+      // Started from a process in a runner's services' group (a restart, or a second runner beside a
+      // first): this runner's groups go beside that one, not inside it.
+      if (basename(cpuOwn).endsWith(SERVICES_SUFFIX)) cpuOwn = dirname(cpuOwn);
+      cpuBase = join(cpuOwn, name);
       mkdirSync(cpuBase, { recursive: true });
       tryWrite(join(cpuBase, 'cpu.shares'), String(v1Shares(capsulesCpuWeight)));
       if (quickCpuWeight > 0) quickBase = CgroupManager.openQuickLane(cpuBase + QUICK_SUFFIX, quickCpuWeight);
+      if (servicesCpuWeight > 0) {
+        servicesBase = cpuBase + SERVICES_SUFFIX;
+        mkdirSync(servicesBase, { recursive: true });
+        if (!tryWrite(join(servicesBase, 'cpu.shares'), String(v1Shares(servicesCpuWeight)))) {
+          tryRmdir(servicesBase);
+          servicesBase = null;
+        }
+      }
     }
-    return new CgroupManager(mode, memBase, pidsBase, cpuBase, quickBase);
+    return new CgroupManager(mode, memBase, pidsBase, cpuBase, quickBase, servicesBase);
   }
 
   /** The quick lane's group (v1 cpu): weighted, and capped at half the CPUs; null if it cannot be made. */
@@ -322,9 +347,13 @@ export class CgroupManager {
    * neither the runner nor the capsules together can take more than the node
    * was configured to give. Returns a function that moves the runner back to
    * the cgroup it came from (graceful stop, so the subtree can be removed).
+   *
+   * v1 with a services' CPU group (see open): the runner joins it, and so does `supervisor` (the
+   * `capsule serve` that started it) if it shares the runner's CPU group; both go back on return.
    */
-  confineRunner(runnerBytes: number, totalBytes: number): () => void {
+  confineRunner(runnerBytes: number, totalBytes: number, supervisor: number | null = null): () => void {
     const origin = ownCgroups().get(this.mode === 'v2' ? '' : 'memory') ?? '/';
+    const services = this.joinServices(supervisor);
     const originProcs = join(this.memoryBase, '..', 'cgroup.procs');
     const leaf = join(this.memoryBase, RUNNER_LEAF);
     mkdirSync(leaf, { recursive: true });
@@ -346,6 +375,39 @@ export class CgroupManager {
           ? join(this.memoryBase, '..', SUPERVISOR_LEAF, 'cgroup.procs')
           : originProcs;
       if (tryWrite(back, String(process.pid))) tryRmdir(leaf);
+      services();
+    };
+  }
+
+  /** Moves the runner (and its supervisor, see confineRunner) into the services' CPU group; returns the move back. */
+  private joinServices(supervisor: number | null): () => void {
+    const group = this.servicesBase;
+    if (!group) return () => undefined;
+    const own = ownCgroups().get('cpu');
+    let supervisorShares = false;
+    try {
+      supervisorShares = supervisor !== null && own !== undefined && ownCgroups(supervisor).get('cpu') === own;
+    } catch {
+      /* the supervisor is gone */
+    }
+    // v1 cgroup.procs moves every thread of the process (libuv's pool and the workers included).
+    const pids = [process.pid, ...(supervisorShares ? [supervisor!] : [])];
+    const moved = pids.filter((pid) => tryWrite(join(group, 'cgroup.procs'), String(pid)));
+    return () => {
+      for (const pid of moved) {
+        let here = false;
+        try {
+          here =
+            ownCgroups(pid)
+              .get('cpu')
+              ?.endsWith(`/${basename(group)}`) ?? false;
+        } catch {
+          /* gone */
+        }
+        // Not taken from a group another runner moved it into since.
+        if (here) tryWrite(join(dirname(group), 'cgroup.procs'), String(pid));
+      }
+      tryRmdir(group); // fails while a process started from the services (the spawner) is still in it
     };
   }
 
@@ -369,7 +431,7 @@ export class CgroupManager {
   /** Removes this runner's (empty) subtree directories; used at graceful stop. */
   removeSubtree(): void {
     tryRmdir(join(this.memoryBase, RUNNER_LEAF)); // empty once the runner left it (or died)
-    for (const d of [this.memoryBase, this.pidsBase, this.cpuBase, this.quickBase]) {
+    for (const d of [this.memoryBase, this.pidsBase, this.cpuBase, this.quickBase, this.servicesBase]) {
       if (!d) continue;
       try {
         rmdirSync(d);

@@ -49,6 +49,11 @@ export interface RunnerConfig {
      * on CPU run beside the capsules' group instead of inside it (cgroup.ts CgroupManager.open).
      */
     quickCpuWeight: number;
+    /**
+     * Weight of the runner and control plane on cgroup v1 (same scale; 0: left where they started),
+     * in a CPU group of their own beside the capsules' group and the quick lane.
+     */
+    servicesCpuWeight: number;
   };
   /**
    * Memory the node gives capsules in total (MB): a capsule is admitted only
@@ -172,6 +177,7 @@ const KEYS = [
   'cpu_weight',
   'capsules_cpu_weight',
   'quick_cpu_weight',
+  'services_cpu_weight',
   'allow_swap_for_tests',
   'proc_swaps',
   'node_memory_mb',
@@ -316,6 +322,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: string[]): RunnerConfig
       cpuWeight: int(m, 'cpu_weight', 100, 1, 10000),
       capsulesCpuWeight: int(m, 'capsules_cpu_weight', 100, 1, 10000),
       quickCpuWeight: int(m, 'quick_cpu_weight', 1000, 0, 10000),
+      servicesCpuWeight: int(m, 'services_cpu_weight', 1000, 0, 10000),
     },
     allowSwapForTests: swap === '1',
     procSwaps,

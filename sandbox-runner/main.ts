@@ -104,11 +104,14 @@ async function main(): Promise<void> {
   let cgroups: CgroupManager;
   let unconfine: () => void;
   try {
-    cgroups = CgroupManager.open(config.cgroupName, config.bounds.capsulesCpuWeight, config.bounds.quickCpuWeight);
-    // The runner's own memory is bounded, and the runner plus its capsules together (see confineRunner).
+    const b = config.bounds;
+    cgroups = CgroupManager.open(config.cgroupName, b.capsulesCpuWeight, b.quickCpuWeight, b.servicesCpuWeight);
+    // The runner's own memory is bounded, and the runner plus its capsules together (see confineRunner);
+    // on v1 the runner and the `capsule serve` supervising it share the services' CPU group.
     unconfine = cgroups.confineRunner(
       config.runnerMemoryMb * 1024 * 1024,
       (config.nodeMemoryMb + config.runnerMemoryMb) * 1024 * 1024,
+      config.exitWithParent ? startPpid : null,
     );
   } catch (e) {
     fail(`cgroups: ${e instanceof CgroupError ? e.message : (e as Error).message}`);

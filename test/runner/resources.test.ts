@@ -198,17 +198,29 @@ print(sum(1 for p in glob.glob('/proc/[0-9]*/cmdline') if m in open(p, 'rb').rea
 });
 
 t.test('CPU weights: the capsules together below the services, one tenant as one capsule', async (t) => {
+  const before = /^\d+:cpu(?:,cpuacct)?:(.*)$/m.exec(readFileSync('/proc/self/cgroup', 'utf8'))?.[1];
   const r = await startRunner({ options: { capsules_cpu_weight: '10' } });
   t.teardown(() => r.stop());
   const name = r.process.spawnargs.find((a) => a.startsWith('--cgroup_name='))!.split('=')[1]!;
-  const own = /^\d+:cpu(?:,cpuacct)?:(.*)$/m.exec(readFileSync(`/proc/${r.process.pid}/cgroup`, 'utf8'));
-  const v1 = own ? `/sys/fs/cgroup/cpu/${own[1]}/${name}`.replace(/\/+/g, '/') : null;
-  if (!v1) {
+  const cpuGroup = (pid: number | 'self'): string | undefined =>
+    /^\d+:cpu(?:,cpuacct)?:(.*)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1];
+  const own = cpuGroup(r.process.pid!);
+  if (own === undefined) {
     t.comment('no cgroup v1 cpu hierarchy here (the v2 weight of the runner leaf is set instead)');
     return;
   }
+  // The runner and its supervisor (here this test, its parent) sit in the services' group beside the capsules'.
+  t.ok(own.endsWith(`/${name}.services`), `the runner is in its services' group (${own})`);
+  t.equal(cpuGroup('self'), own, 'and so is the process that started it (exit_with_parent: capsule serve)');
+  const services = `/sys/fs/cgroup/cpu/${own}`.replace(/\/+/g, '/');
+  t.equal(readFileSync(`${services}/cpu.shares`, 'utf8').trim(), '10240', 'services_cpu_weight 1,000: ten threads');
+  const v1 = services.replace(/\.services$/, '');
   await r.client.create({ capsule_id: 'cpu-weight', memory_mb: 64 });
-  t.equal(readFileSync(`${v1}/cpu.shares`, 'utf8').trim(), '102', 'the capsules group: 10 % of one service thread');
+  t.equal(
+    readFileSync(`${v1}/cpu.shares`, 'utf8').trim(),
+    '102',
+    'the capsules group: capsules_cpu_weight 10, a tenth of one thread',
+  );
   t.ok(readdirSync(v1).includes('cpu-weight'), 'each capsule is inside that group (its own cpu.shares below it)');
   await r.client.destroy('cpu-weight');
 
@@ -232,7 +244,7 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
   // The quick lane beside the capsules group (quick_cpu_weight, default 1,000: 10,240 shares),
   // capped at half the CPUs (at least one) per 20 ms period.
   const quick = `${v1}.quick`;
-  t.equal(readFileSync(`${quick}/cpu.shares`, 'utf8').trim(), '10240', 'the quick lane weighs ten service threads');
+  t.equal(readFileSync(`${quick}/cpu.shares`, 'utf8').trim(), '10240', 'the quick lane weighs as much as the services');
   t.equal(readFileSync(`${quick}/cpu.cfs_period_us`, 'utf8').trim(), '20000');
   t.equal(
     readFileSync(`${quick}/cpu.cfs_quota_us`, 'utf8').trim(),
@@ -296,4 +308,7 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
   await first;
   for (const id of ['ta-1', 'ta-2', 'tb-1', 'tc-0', 'tc-1', 'td-1']) await r.client.destroy(id);
   t.notOk(existsSync(`${quick}/tc-1`), "a destroyed capsule's quick-lane group is removed");
+  await r.stop();
+  t.equal(cpuGroup('self'), before, 'a graceful stop moves the supervisor back');
+  t.notOk(existsSync(services), "and removes the services' group");
 });
