@@ -393,6 +393,10 @@ export class CgroupManager {
     // v1 cgroup.procs moves every thread of the process (libuv's pool and the workers included).
     const pids = [process.pid, ...(supervisorShares ? [supervisor!] : [])];
     const moved = pids.filter((pid) => tryWrite(join(group, 'cgroup.procs'), String(pid)));
+    // Started in the services' group of a runner that died (another name): removed once empty.
+    const left =
+      own !== undefined && basename(own).endsWith(SERVICES_SUFFIX) ? join(dirname(group), basename(own)) : null;
+    if (left !== null && left !== group) tryRmdir(left);
     return () => {
       for (const pid of moved) {
         let here = false;

@@ -17,6 +17,7 @@ import { recoverCapsules } from './recovery.js';
 import { compilePolicy, loadPolicy, PolicyError } from './seccomp.js';
 import { prepareEtc, procMaskArgs } from './sandbox.js';
 import { startServer, startTlsServer } from './server.js';
+import { spawner } from './spawner.js';
 import type { AddressInfo } from 'node:net';
 import { isMountPoint, Mounter } from './tmpfs.js';
 import { UidPool } from './uids.js';
@@ -188,8 +189,10 @@ async function main(): Promise<void> {
     void (async () => {
       await manager.shutdown().catch(() => undefined);
       await mounter.unmount(etcRoot).catch(() => undefined);
-      // The helper lives in the runner's leaf: it must be gone before the leaf can be removed.
+      // The helpers live in the runner's groups: they must be gone before the groups can be removed
+      // (this thread's spawner runs only if recovery or a fallback detach needed it).
       await mounter.close();
+      await spawner.close();
       unconfine();
       cgroups.removeSubtree();
       process.exit(0);
