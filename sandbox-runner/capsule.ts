@@ -318,6 +318,7 @@ export class CapsuleManager {
       this.spec(c),
       this.d.seccompPath,
       ahead,
+      c.observations.length === 0, // its exec (or destroy's probe) is observed, as execute() decides
     );
     if (!ahead)
       setTimeout(() => {

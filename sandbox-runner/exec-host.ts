@@ -47,6 +47,8 @@ type Request =
       spec: SandboxSpec;
       seccompPath: string;
       ahead: boolean;
+      /** Its exec will be observed: look at the sandbox once it is set up (prepareExec). */
+      look: boolean;
     }
   | { op: 'wprepare'; id: number; writerProcs: string[] }
   | {
@@ -166,8 +168,9 @@ export class ExecHost {
     spec: SandboxSpec,
     seccompPath: string,
     ahead: boolean,
+    look = false,
   ): PreparedRef {
-    return this.hold(key, (id) => ({ op: 'prepare', id, cgroup, quick, spec, seccompPath, ahead }));
+    return this.hold(key, (id) => ({ op: 'prepare', id, cgroup, quick, spec, seccompPath, ahead, look }));
   }
 
   /** Starts a capsule's next writer (charged.ts) in the exec thread; it joins the writer leaf, then waits. */

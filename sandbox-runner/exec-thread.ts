@@ -117,7 +117,7 @@ port.on('message', (m: ToThread) => {
 function handle(m: ToThread): void {
   switch (m.op) {
     case 'prepare':
-      hold(m.id, () => prepareExec(m.cgroup, m.quick, m.spec, m.seccompPath, m.ahead));
+      hold(m.id, () => prepareExec(m.cgroup, m.quick, m.spec, m.seccompPath, m.ahead, m.look));
       return;
     case 'wprepare':
       hold(m.id, () => prepareWriter(m.writerProcs));

@@ -17,7 +17,7 @@ import {
   signalGroup,
   type CapsuleCgroupPaths,
 } from './cgroup.js';
-import type { Clock } from './clock.js';
+import { systemClock, type Clock } from './clock.js';
 import { mountinfoOfAsync, nsInodes, type MountLine, type NsName } from './host.js';
 import {
   execScriptText,
@@ -98,6 +98,23 @@ export interface Prepared {
   quick: boolean;
   /** The sandbox's pid once it is set up and waits for its script; rejects if it ended first. */
   ready: Promise<number>;
+  /** Its look once set up (prepareExec's `look`), taken then rather than on its exec's way; null: none taken. */
+  seen: Promise<Seen | null> | null;
+}
+
+/** What an observation saw, before its kind is known. */
+type Seen = Omit<SandboxObservation, 'kind'>;
+
+/** The sandbox's namespaces and mounts while it waits for its command (null: it ended meanwhile). */
+async function lookAt(pid: number, clock: Clock): Promise<Seen | null> {
+  try {
+    const at = clock.iso();
+    const namespaces = nsInodes(pid);
+    // Async: the read waits for the host's mount lock, and this thread starts every tenant's execs.
+    return { at, pid, namespaces, mounts: await mountinfoOfAsync(pid) };
+  } catch {
+    return null;
+  }
 }
 
 export interface ExecParams {
@@ -176,6 +193,8 @@ export function prepareExec(
   spec: SandboxSpec,
   seccompPath: string,
   ahead: boolean,
+  look = false,
+  clock: Clock = systemClock,
 ): Prepared {
   const cgroupProcsFiles = procsFiles(cgroup, quick);
   const uid = wrapperUid(spec);
@@ -221,7 +240,24 @@ export function prepareExec(
       }),
   );
   ready.catch(() => undefined);
-  const p: Prepared = { child, alive: true, uid, shape: argv.join('\0'), joined, started: false, quick, ready };
+  const p: Prepared = {
+    child,
+    alive: true,
+    uid,
+    shape: argv.join('\0'),
+    joined,
+    started: false,
+    quick,
+    ready,
+    seen: null,
+  };
+  // Its exec will be observed (a capsule's first): look once it is set up, off that exec's way
+  // (the mount table's read waits for the host's mount lock, p99 tens of ms under load).
+  if (look)
+    p.seen = ready.then(
+      (pid) => lookAt(pid, clock),
+      () => null,
+    );
   joined.catch(() => {
     // WARNING: a wrapper outside the capsule's cgroups must never be told "go".
     p.alive = false;
@@ -290,17 +326,8 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
     // The sandbox is set up and waits: look at it before its command runs (best effort; an
     // absent observation is reported as such).
     const pid = await within(prepared.ready, 2000).catch(() => 0);
-    try {
-      if (pid) {
-        const at = p.clock.iso();
-        const namespaces = nsInodes(pid);
-        // Async: the read waits for the host's mount lock, and this thread starts every tenant's execs.
-        const mounts = await mountinfoOfAsync(pid);
-        p.observe({ kind: p.observeKind ?? 'first_exec', at, pid, namespaces, mounts });
-      }
-    } catch {
-      /* the sandbox ended meanwhile */
-    }
+    const seen = pid ? await (prepared.seen ?? lookAt(pid, p.clock)) : null;
+    if (seen) p.observe({ kind: p.observeKind ?? 'first_exec', ...seen });
   }
   const oomBefore = oomKills(p.cgroup);
   let limitHits = processLimitHits(p.cgroup);

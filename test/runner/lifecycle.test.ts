@@ -141,6 +141,22 @@ t.test('destroy of a capsule that never ran still observes its sandbox', async (
   t.equal(ns.observations[0]?.observed_during, 'destroy_probe', 'says how it was observed');
 });
 
+t.test("a capsule's first sandbox is looked at once set up, not on its exec's way", async (t) => {
+  const r = await startRunner();
+  t.teardown(() => r.stop());
+  await r.client.create({ capsule_id: 'ahead', memory_mb: 64 });
+  // Its sandbox is set up ahead at create (capsule.ts prepare); a second is plenty on an idle node.
+  await new Promise((res) => setTimeout(res, 1000));
+  const beforeExec = new Date().toISOString();
+  await r.client.exec({ capsule_id: 'ahead', command: 'true', timeout_ms: 10000 });
+  const d = await r.client.destroy('ahead');
+  const ns = d.evidence[0] as { all_required_distinct: boolean; observations: Record<string, unknown>[] };
+  t.equal(ns.observations.length, 1);
+  t.equal(ns.observations[0]?.['observed_during'], 'first_exec');
+  t.ok(String(ns.observations[0]?.['observed_at']) < beforeExec, 'observed before the exec was asked for');
+  t.equal(ns.all_required_distinct, true, 'and what it saw is the sandbox the exec ran in');
+});
+
 t.test('a capsule whose tmpfs is full still runs its exec bookkeeping and is destroyed', async (t) => {
   const r = await startRunner({ options: { tmpfs_inodes: '64' } });
   t.teardown(() => r.stop());
