@@ -99,7 +99,7 @@ export function publicRoutes(d: AppDeps): Router {
   });
 
   r.get('/v1/health/ready', health, async (ctx: Ctx) => {
-    const checks = { database: 'ok', migrations: 'ok', runner: 'ok' };
+    const checks = { database: 'ok', migrations: 'ok', runner: 'ok', recovery: 'ok' };
     await within(d.store.pendingMigrations(), 2000).then(
       (pending) => {
         if (pending.length > 0) checks.migrations = 'pending';
@@ -114,8 +114,12 @@ export function publicRoutes(d: AppDeps): Router {
       checks.runner = 'unavailable';
       return null;
     });
-    if (checks.database !== 'ok' || checks.migrations !== 'ok' || checks.runner !== 'ok') {
-      const why = `database ${checks.database}, migrations ${checks.migrations}, runner ${checks.runner}`;
+    // A runner that came back (a restart) has its dead predecessor's capsules reconciled first
+    // (expired_unclean, partial proofs): until then their status still says active.
+    if (checks.runner === 'ok' && !s.recovery.report)
+      await within(s.recovery.ensure(), 2000).catch(() => (checks.recovery = 'pending'));
+    if (Object.values(checks).some((v) => v !== 'ok')) {
+      const why = `database ${checks.database}, migrations ${checks.migrations}, runner ${checks.runner}, recovery ${checks.recovery}`;
       throw new ApiError('service_unavailable', `not ready: ${why}`, {
         extra: { retry_after: 5 },
       });
