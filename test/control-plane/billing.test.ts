@@ -133,9 +133,16 @@ for (const driver of DRIVERS) {
       );
       t.teardown(s2.close);
       const u = await api.signup();
-      // Free: 20 requests a minute; use them all on the rate-limited process.
-      for (let i = 0; i < 20; i++) await s2.api.req('GET', '/v1/customers/me', { key: u.key });
-      envelope(t, await s2.api.req('GET', '/v1/customers/me', { key: u.key }), 429, 'rate_limited');
+      // Free: 20 requests a minute; use them all on the rate-limited process. PostgreSQL's windows are
+      // aligned to the clock's minutes: a burst that straddled a window's end is done again in the new one.
+      let over;
+      for (;;) {
+        const minute = Math.floor(Date.now() / 60_000);
+        for (let i = 0; i < 20; i++) await s2.api.req('GET', '/v1/customers/me', { key: u.key });
+        over = await s2.api.req('GET', '/v1/customers/me', { key: u.key });
+        if (over.status === 429 || Math.floor(Date.now() / 60_000) === minute) break;
+      }
+      envelope(t, over, 429, 'rate_limited');
       const ev = checkoutCompletedEvent({ customerId: u.customer_id, tier: 'business', subscription: 'sub_team_1' });
       const t0 = Date.now();
       const r = await deliver(s2.api, ev);

@@ -272,12 +272,15 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
   t.ok(procs(`${quick}/tc-1`).includes(writers[0]!), "and in the capsule's CPU group (the quick lane's)");
 
   // A CPU-bound exec runs at a sixteenth of its capsule's weight until it ends; a sleeping one is left alone.
+  // The sleeper starts first and is asleep before the spinner starts: started together in the quick lane,
+  // its start waited for a CPU behind the spinner on a loaded node, and waiting counts as runnable.
+  const sleeper = r.client.exec({ capsule_id: 'ta-1', command: 'sleep 4', timeout_ms: 10000 });
+  await new Promise((res) => setTimeout(res, 500));
   const spin = r.client.exec({
     capsule_id: 'tb-1',
     command: "timeout 3 sh -c 'while :; do :; done'; true",
     timeout_ms: 10000,
   });
-  const sleeper = r.client.exec({ capsule_id: 'ta-1', command: 'sleep 3', timeout_ms: 10000 });
   // Looked at until lowered (the first 200 ms window ends after the exec started, late on a loaded node).
   let seen: string[] = [];
   for (let i = 0; i < 50 && seen[0] !== '64'; i++) {
