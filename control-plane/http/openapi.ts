@@ -176,7 +176,7 @@ export const OPERATIONS: Operation[] = [
     method: 'get',
     path: '/v1/health/ready',
     operationId: 'ready',
-    summary: 'Readiness (database answers, migrations applied, a runner live)',
+    summary: 'Readiness (database answers, migrations applied, a runner live, its capsules reconciled)',
     tag: 'service',
     auth: false,
     responses: { 200: 'Ready' },

@@ -170,7 +170,7 @@ export const ContactReceived = obj({ status: z.literal('received') });
 export const Health = obj({ status: z.literal('healthy'), version: z.string(), timestamp: ts });
 export const Ready = obj({
   status: z.literal('ready'),
-  checks: obj({ database: z.string(), migrations: z.string(), runner: z.string() }),
+  checks: obj({ database: z.string(), migrations: z.string(), runner: z.string(), recovery: z.string() }),
   timestamp: ts,
 });
 export const ErrorDoc = anyObject.describe('error code documentation');

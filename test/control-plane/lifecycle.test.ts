@@ -753,7 +753,7 @@ t.test('postgresql: ready is 503 when the database goes away or is behind the mi
   t.teardown(s.close);
   const ok = await s.api.req('GET', '/v1/health/ready');
   t.equal(ok.status, 200);
-  t.same(ok.body.checks, { database: 'ok', migrations: 'ok', runner: 'ok' });
+  t.same(ok.body.checks, { database: 'ok', migrations: 'ok', runner: 'ok', recovery: 'ok' });
   // A database behind this code's migrations (another replica rolled back, say) is not ready.
   await dbQuery('postgresql', s.db, 'delete from "schema_migrations" where "name" = ?', [
     'Migration0018IdempotencyTakeover',

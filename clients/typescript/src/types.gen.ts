@@ -568,6 +568,7 @@ export type Ready = {
     database: string;
     migrations: string;
     runner: string;
+    recovery: string;
     [member: string]: unknown;
   };
   /** RFC 3339 UTC timestamp */
