@@ -398,19 +398,9 @@ export class CgroupManager {
       own !== undefined && basename(own).endsWith(SERVICES_SUFFIX) ? join(dirname(group), basename(own)) : null;
     if (left !== null && left !== group) tryRmdir(left);
     return () => {
-      for (const pid of moved) {
-        let here = false;
-        try {
-          here =
-            ownCgroups(pid)
-              .get('cpu')
-              ?.endsWith(`/${basename(group)}`) ?? false;
-        } catch {
-          /* gone */
-        }
-        // Not taken from a group another runner moved it into since.
-        if (here) tryWrite(join(dirname(group), 'cgroup.procs'), String(pid));
-      }
+      // Not taken from a group another runner moved it into since.
+      const here = new Set((read(join(group, 'cgroup.procs')) ?? '').split('\n'));
+      for (const pid of moved) if (here.has(String(pid))) tryWrite(join(dirname(group), 'cgroup.procs'), String(pid));
       tryRmdir(group); // fails while a process started from the services (the spawner) is still in it
     };
   }

@@ -198,12 +198,12 @@ print(sum(1 for p in glob.glob('/proc/[0-9]*/cmdline') if m in open(p, 'rb').rea
 });
 
 t.test('CPU weights: the capsules together below the services, one tenant as one capsule', async (t) => {
-  const before = /^\d+:cpu(?:,cpuacct)?:(.*)$/m.exec(readFileSync('/proc/self/cgroup', 'utf8'))?.[1];
+  const cpuGroup = (pid: number | 'self'): string | undefined =>
+    /^\d+:cpu(?:,cpuacct)?:(.*)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1];
+  const before = cpuGroup('self');
   const r = await startRunner({ options: { capsules_cpu_weight: '10' } });
   t.teardown(() => r.stop());
   const name = r.process.spawnargs.find((a) => a.startsWith('--cgroup_name='))!.split('=')[1]!;
-  const cpuGroup = (pid: number | 'self'): string | undefined =>
-    /^\d+:cpu(?:,cpuacct)?:(.*)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1];
   const own = cpuGroup(r.process.pid!);
   if (own === undefined) {
     t.comment('no cgroup v1 cpu hierarchy here (the v2 weight of the runner leaf is set instead)');
