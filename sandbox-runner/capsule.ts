@@ -36,6 +36,7 @@ import { caBundle, egressEnv, netnsPath, type EgressState } from './egress.js';
 import { checkCreate, checkExec, validateCapsuleId } from './request-checks.js';
 import { capsulesDir, removeState, tmpfsDirOf, writeRecord, type CapsuleRecord } from './state-record.js';
 import { LightTenants } from './light-tenants.js';
+import type { PrivateBind, PrivateCopies } from './private-copies.js';
 
 /** The CA bundle file of an egress capsule, at the tmpfs root (bound read-only inside). */
 const EGRESS_CA_FILE = 'egress-ca.pem';
@@ -62,6 +63,8 @@ interface Capsule {
   writer: PreparedRef | null;
   /** The account's opaque label (create's `tenant`); null: the capsule weighs alone. */
   tenant: string | null;
+  /** Its tenant's copies of the files every process maps (held until destroy). */
+  privateFiles: readonly PrivateBind[];
 }
 
 export interface ManagerDeps {
@@ -77,6 +80,8 @@ export interface ManagerDeps {
   seccompPath: string;
   /** bwrap arguments masking host /proc entries (sandbox.ts procMaskArgs). */
   procMask?: string[];
+  /** Each tenant's copies of the loader, libc and shell; absent: capsules map the image's own. */
+  copies?: PrivateCopies;
 }
 
 /** How long a capsule stays idle after its first exec before its second exec's sandbox is set up. */
@@ -181,6 +186,7 @@ export class CapsuleManager {
       const hostname = `capsule-${this.d.random.bytes(6).toString('hex')}`;
       let mounted = false;
       let cgroupMade = false;
+      let privateFiles: readonly PrivateBind[] | null = null;
       let egressState: EgressState | null = null;
       this.creating.add(id);
       this.creatingMb.set(id, mem);
@@ -203,6 +209,7 @@ export class CapsuleManager {
         }
         // Root's: each exec's script is written here, seen read-only inside (sandbox.ts).
         mkdirSync(join(tmpfsDir, EXEC_DIR), { mode: 0o755 });
+        privateFiles = (await this.d.copies?.acquire(queueKey, imageRoot)) ?? [];
         if (apps.length > 0) {
           const app = join(tmpfsDir, 'app');
           mkdirSync(app, { mode: 0o755 });
@@ -235,6 +242,7 @@ export class CapsuleManager {
           await this.d.mounter.unmount(tmpfsDir);
         }
         if (cgroupMade) await killGroup(record.cgroup).then(() => removeGroup(record.cgroup));
+        if (privateFiles) this.d.copies?.release(queueKey, imageRoot);
         await removeState(tmpfsDir, true);
         this.d.uids.release(uid);
         if (e instanceof RunnerError) throw e;
@@ -263,6 +271,7 @@ export class CapsuleManager {
         prepared: null,
         writer: null,
         tenant,
+        privateFiles: privateFiles ?? [],
       });
       const made = this.capsules.get(id)!;
       this.reweigh(tenant);
@@ -294,6 +303,7 @@ export class CapsuleManager {
       netnsPath: this.netns(c),
       caFile: c.record.egress ? join(c.record.tmpfs_dir, EGRESS_CA_FILE) : null,
       procMask: this.d.procMask ?? [],
+      privateFiles: c.privateFiles,
     };
   }
 
@@ -561,6 +571,7 @@ export class CapsuleManager {
     const result = await this.teardown(c, commandWasRunning, dropped);
     this.capsules.delete(c.record.capsule_id);
     this.reweigh(c.tenant);
+    this.d.copies?.release(this.tenantKey(c), c.imageRoot);
     return result;
   }
 

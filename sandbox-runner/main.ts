@@ -20,6 +20,7 @@ import { startServer, startTlsServer } from './server.js';
 import { spawner } from './spawner.js';
 import type { AddressInfo } from 'node:net';
 import { isMountPoint, Mounter } from './tmpfs.js';
+import { PrivateCopies } from './private-copies.js';
 import { UidPool } from './uids.js';
 
 // libuv sizes its thread pool from UV_THREADPOOL_SIZE when the pool first starts. The runner's
@@ -31,8 +32,13 @@ import { UidPool } from './uids.js';
 // imported above may start any when it loads (test/runner/startup.test.ts counts the threads).
 process.env.UV_THREADPOOL_SIZE ??= '16';
 
-/** Size of the tmpfs holding the prepared /etc trees and the /proc mask sources. */
-const ETC_TMPFS_MB = 32;
+/**
+ * Size of the tmpfs holding the prepared /etc trees, the /proc mask sources and each tenant's
+ * private copies (private-copies.ts: about 2.3 MB per tenant with capsules on the node). Its pages
+ * are charged to the runner, so it takes at most a quarter of runner_memory_mb: a cap, not a
+ * reservation. Once full, a new tenant's capsules map the image's shared files.
+ */
+const etcTmpfsMb = (runnerMemoryMb: number): number => Math.max(32, Math.floor(runnerMemoryMb / 4));
 
 /** Exit 2: the node is unfit (swap on); 1: anything else. */
 function fail(msg: string, code: 1 | 2 = 1): never {
@@ -120,6 +126,7 @@ async function main(): Promise<void> {
   const mounter = Mounter.start();
   let seccompPath: string;
   let procMask: string[];
+  let copies: PrivateCopies;
   const etcRoot = join(config.stateDir, 'etc');
   try {
     mkdirSync(config.stateDir, { recursive: true, mode: 0o711 });
@@ -133,9 +140,10 @@ async function main(): Promise<void> {
     // The capsules' /etc and /proc masks live on a small tmpfs of their own, so a
     // capsule's mountinfo names them by their path in it ("/<hash>"), never by a host path.
     mkdirSync(etcRoot, { recursive: true, mode: 0o711 });
-    if (!(await isMountPoint(etcRoot))) await mounter.mount(etcRoot, ETC_TMPFS_MB, 16384);
+    if (!(await isMountPoint(etcRoot))) await mounter.mount(etcRoot, etcTmpfsMb(config.runnerMemoryMb), 16384);
     for (const root of new Set(Object.values(config.runtimes))) prepareEtc(root, etcDirFor(config.stateDir, root));
     procMask = procMaskArgs(join(etcRoot, '.mask'));
+    copies = await PrivateCopies.open(join(etcRoot, '.own'), systemRandom);
     chmodSync(etcRoot, 0o711);
   } catch (e) {
     if (e instanceof PolicyError) fail(`seccomp policy ${config.seccompPolicyPath}: ${e.message}`);
@@ -154,6 +162,7 @@ async function main(): Promise<void> {
     mounter,
     seccompPath,
     procMask,
+    copies,
   });
   const serverDeps = {
     manager,

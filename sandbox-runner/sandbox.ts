@@ -33,6 +33,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
+import type { PrivateBind } from './private-copies.js';
 
 export const INSIDE_UID = 1000;
 export const INSIDE_GID = 1000;
@@ -196,6 +197,8 @@ export interface SandboxSpec {
   caFile?: string | null;
   /** bwrap arguments masking /proc entries (procMaskArgs, computed once at runner start). */
   procMask?: string[];
+  /** The tenant's own copies of the loader, libc and shell, bound over the image's (private-copies.ts). */
+  privateFiles?: readonly PrivateBind[];
 }
 
 /** bwrap mount arguments for the top-level entries of the image root (/usr, /bin, /lib...). */
@@ -244,6 +247,7 @@ export function sandboxArgv(s: SandboxSpec): string[] {
     '--cap-drop',
     'ALL',
     ...img,
+    ...(s.privateFiles ?? []).flatMap(([copy, target]) => ['--ro-bind', copy, target]),
     '--ro-bind',
     s.etcDir,
     '/etc',

@@ -1,11 +1,12 @@
 // The sandbox's mount list as docs/SECURITY.md shows it: sandboxArgv for a
 // capsule with app files and egress, over an image laid out like Debian 12
 // (merged /usr: /bin, /sbin, /lib, /lib64 are symlinks into /usr), with
-// placeholders for the per-capsule host paths. Used by the doc-sync test and
+// placeholders for the per-capsule host paths (and the tenant's private copies). Used by the doc-sync test and
 // by scripts/seccomp-doc.mjs, which writes the table.
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
+import { PRIVATE_FILES } from '../../sandbox-runner/private-copies.js';
 import { sandboxArgv, sandboxMounts } from '../../sandbox-runner/sandbox.js';
 
 export function documentedMountRows(): string[] {
@@ -22,6 +23,11 @@ export function documentedMountRows(): string[] {
       hasApp: true,
       netnsPath: '<capsule netns>',
       caFile: '<capsule tmpfs>/egress-ca.pem',
+      // An x86-64 image: its loader, libc and shell, copied for the tenant (private-copies.ts).
+      privateFiles: PRIVATE_FILES.filter((f) => !f.includes('aarch64')).map((f) => [
+        `<tenant copies>/${basename(f)}`,
+        f,
+      ]),
     });
     return sandboxMounts(argv).map(
       (m) => `| \`${m.dest}\` | ${m.kind} | ${m.source ? `\`${m.source.replace(root, '<image>')}\`` : ''} |`,

@@ -1,0 +1,102 @@
+// Each tenant's capsules map their own copies of the files nearly every
+// process maps: the dynamic loader, libc and the shell. The kernel links and
+// unlinks a process's file mappings at fork, exec and exit under each file's
+// own lock (i_mmap_rwsem), so with one copy on the node (the image is the
+// host's /usr) a fork bomb in one capsule held every process start on the node
+// behind it, the runner's own among them (measured under the soak: the
+// runner's spawner waited 511 ms in one fork; a capsule's `sh` up to 549 ms).
+// A copy per tenant keeps that lock among the tenant's own processes. The
+// copies live on the runner's small tmpfs (charged to the runner, named at
+// random: a capsule's mountinfo shows `/<random>/libc.so.6`), and every
+// sandbox binds them read-only over the image's files (sandbox.ts).
+
+import { chmod, copyFile, lstat, mkdir, rm } from 'node:fs/promises';
+import { basename, join } from 'node:path';
+import type { Random } from './clock.js';
+
+/** Where a usrmerged image keeps the files every process maps (one architecture's exist). */
+export const PRIVATE_FILES = [
+  // The dynamic loader and libc: mapped by every dynamically linked program.
+  '/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2',
+  '/usr/lib/x86_64-linux-gnu/libc.so.6',
+  '/usr/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1',
+  '/usr/lib/aarch64-linux-gnu/libc.so.6',
+  // /bin/sh: every exec's wrapper, every command line and most scripts (and the classic fork bomb).
+  '/usr/bin/dash',
+];
+
+/** A bind of the sandbox: a private copy (host path) over the image's file (path inside). */
+export type PrivateBind = readonly [copy: string, target: string];
+
+interface Held {
+  users: number;
+  dir: string;
+  binds: Promise<PrivateBind[]>;
+}
+
+export class PrivateCopies {
+  private readonly held = new Map<string, Held>();
+
+  /** `root`: a directory on the runner's small tmpfs; what a previous runner left there is removed. */
+  private constructor(
+    private readonly root: string,
+    private readonly random: Random,
+  ) {}
+
+  static async open(root: string, random: Random): Promise<PrivateCopies> {
+    await rm(root, { recursive: true, force: true });
+    await mkdir(root, { mode: 0o711 });
+    return new PrivateCopies(root, random);
+  }
+
+  /**
+   * The binds for a capsule of `tenant` on `imageRoot`: the tenant's copies, made on its first
+   * capsule. None when they cannot be made (the tmpfs is full): the capsule then maps the image's
+   * own files, as every capsule did before. Each acquire is matched by one release.
+   */
+  acquire(tenant: string, imageRoot: string): Promise<PrivateBind[]> {
+    const key = `${tenant}\0${imageRoot}`;
+    let h = this.held.get(key);
+    if (!h) {
+      const dir = join(this.root, this.random.bytes(8).toString('hex'));
+      h = { users: 0, dir, binds: copyInto(dir, imageRoot) };
+      this.held.set(key, h);
+    }
+    h.users++;
+    return h.binds;
+  }
+
+  /** A capsule is gone: its tenant's copies go with the tenant's last capsule (sandboxes still bound keep theirs). */
+  release(tenant: string, imageRoot: string): void {
+    const key = `${tenant}\0${imageRoot}`;
+    const h = this.held.get(key);
+    if (!h || --h.users > 0) return;
+    this.held.delete(key);
+    void h.binds.finally(() => rm(h.dir, { recursive: true, force: true }).catch(() => undefined));
+  }
+
+  /** Tenants holding copies now (for tests and metrics). */
+  get size(): number {
+    return this.held.size;
+  }
+}
+
+async function copyInto(dir: string, imageRoot: string): Promise<PrivateBind[]> {
+  const binds: PrivateBind[] = [];
+  try {
+    await mkdir(dir, { mode: 0o755 });
+    for (const target of PRIVATE_FILES) {
+      const source = join(imageRoot, target);
+      const st = await lstat(source).catch(() => null);
+      if (!st?.isFile()) continue;
+      const copy = join(dir, basename(target));
+      await copyFile(source, copy);
+      await chmod(copy, st.mode & 0o755);
+      binds.push([copy, target]);
+    }
+    return binds;
+  } catch {
+    await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    return [];
+  }
+}
