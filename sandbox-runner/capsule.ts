@@ -36,7 +36,7 @@ import { caBundle, egressEnv, netnsPath, type EgressState } from './egress.js';
 import { checkCreate, checkExec, validateCapsuleId } from './request-checks.js';
 import { capsulesDir, removeState, tmpfsDirOf, writeRecord, type CapsuleRecord } from './state-record.js';
 import { LightTenants } from './light-tenants.js';
-import type { PrivateBind, PrivateCopies } from './private-copies.js';
+import type { CopyLease, PrivateBind, PrivateCopies } from './private-copies.js';
 
 /** The CA bundle file of an egress capsule, at the tmpfs root (bound read-only inside). */
 const EGRESS_CA_FILE = 'egress-ca.pem';
@@ -63,7 +63,8 @@ interface Capsule {
   writer: PreparedRef | null;
   /** The account's opaque label (create's `tenant`); null: the capsule weighs alone. */
   tenant: string | null;
-  /** Its tenant's copies of the files every process maps (held until destroy). */
+  /** Its tenant's copies of the files every process maps, held until destroy. */
+  copies: CopyLease | null;
   privateFiles: readonly PrivateBind[];
 }
 
@@ -186,7 +187,8 @@ export class CapsuleManager {
       const hostname = `capsule-${this.d.random.bytes(6).toString('hex')}`;
       let mounted = false;
       let cgroupMade = false;
-      let privateFiles: readonly PrivateBind[] | null = null;
+      let copies: CopyLease | null = null;
+      let privateFiles: readonly PrivateBind[] = [];
       let egressState: EgressState | null = null;
       this.creating.add(id);
       this.creatingMb.set(id, mem);
@@ -209,7 +211,8 @@ export class CapsuleManager {
         }
         // Root's: each exec's script is written here, seen read-only inside (sandbox.ts).
         mkdirSync(join(tmpfsDir, EXEC_DIR), { mode: 0o755 });
-        privateFiles = (await this.d.copies?.acquire(queueKey, imageRoot)) ?? [];
+        copies = this.d.copies?.acquire(queueKey, imageRoot) ?? null;
+        if (copies) privateFiles = await copies.binds;
         if (apps.length > 0) {
           const app = join(tmpfsDir, 'app');
           mkdirSync(app, { mode: 0o755 });
@@ -242,7 +245,7 @@ export class CapsuleManager {
           await this.d.mounter.unmount(tmpfsDir);
         }
         if (cgroupMade) await killGroup(record.cgroup).then(() => removeGroup(record.cgroup));
-        if (privateFiles) this.d.copies?.release(queueKey, imageRoot);
+        copies?.release();
         await removeState(tmpfsDir, true);
         this.d.uids.release(uid);
         if (e instanceof RunnerError) throw e;
@@ -271,7 +274,8 @@ export class CapsuleManager {
         prepared: null,
         writer: null,
         tenant,
-        privateFiles: privateFiles ?? [],
+        copies,
+        privateFiles,
       });
       const made = this.capsules.get(id)!;
       this.reweigh(tenant);
@@ -571,7 +575,7 @@ export class CapsuleManager {
     const result = await this.teardown(c, commandWasRunning, dropped);
     this.capsules.delete(c.record.capsule_id);
     this.reweigh(c.tenant);
-    this.d.copies?.release(this.tenantKey(c), c.imageRoot);
+    c.copies?.release();
     return result;
   }
 

@@ -7,9 +7,10 @@
 // runner's spawner waited 511 ms in one fork; a capsule's `sh` up to 549 ms).
 // A copy per tenant keeps that lock among the tenant's own processes. The
 // copies live on the runner's small tmpfs (charged to the runner, named at
-// random: a capsule's mountinfo shows `/<random>/libc.so.6`), and every
+// random: a capsule's mountinfo shows `/.own/<random>/libc.so.6`), and every
 // sandbox binds them read-only over the image's files (sandbox.ts).
 
+import { lstatSync } from 'node:fs';
 import { chmod, copyFile, lstat, mkdir, rm } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import type { Random } from './clock.js';
@@ -28,57 +29,78 @@ export const PRIVATE_FILES = [
 /** A bind of the sandbox: a private copy (host path) over the image's file (path inside). */
 export type PrivateBind = readonly [copy: string, target: string];
 
+/** One capsule's hold on its tenant's copies. */
+export interface CopyLease {
+  /** None when the copies cannot be made (the tmpfs is full): the capsule maps the image's own files. */
+  binds: Promise<readonly PrivateBind[]>;
+  /** The capsule is gone; the tenant's last lease removes the copies (sandboxes still bound keep theirs). */
+  release(): void;
+}
+
 interface Held {
   users: number;
   dir: string;
-  binds: Promise<PrivateBind[]>;
+  /** The image files' identity when copied: a changed file (a libc security update) gets a new copy. */
+  stamp: string;
+  binds: Promise<readonly PrivateBind[]>;
 }
 
 export class PrivateCopies {
   private readonly held = new Map<string, Held>();
 
-  /** `root`: a directory on the runner's small tmpfs; what a previous runner left there is removed. */
   private constructor(
     private readonly root: string,
     private readonly random: Random,
   ) {}
 
+  /** `root`: a directory on the runner's small tmpfs; what a previous runner left there is removed. */
   static async open(root: string, random: Random): Promise<PrivateCopies> {
     await rm(root, { recursive: true, force: true });
     await mkdir(root, { mode: 0o711 });
     return new PrivateCopies(root, random);
   }
 
-  /**
-   * The binds for a capsule of `tenant` on `imageRoot`: the tenant's copies, made on its first
-   * capsule. None when they cannot be made (the tmpfs is full): the capsule then maps the image's
-   * own files, as every capsule did before. Each acquire is matched by one release.
-   */
-  acquire(tenant: string, imageRoot: string): Promise<PrivateBind[]> {
+  /** A capsule of `tenant` on `imageRoot` holds the tenant's copies, made on its first capsule. */
+  acquire(tenant: string, imageRoot: string): CopyLease {
     const key = `${tenant}\0${imageRoot}`;
+    const stamp = imageStamp(imageRoot);
     let h = this.held.get(key);
-    if (!h) {
+    if (!h || h.stamp !== stamp) {
+      // A replaced set stays on disk for the capsules that hold it, and goes with their last lease.
       const dir = join(this.root, this.random.bytes(8).toString('hex'));
-      h = { users: 0, dir, binds: copyInto(dir, imageRoot) };
+      h = { users: 0, dir, stamp, binds: copyInto(dir, imageRoot) };
       this.held.set(key, h);
     }
-    h.users++;
-    return h.binds;
+    const held = h;
+    held.users++;
+    let released = false;
+    return {
+      binds: held.binds,
+      release: () => {
+        if (released) return;
+        released = true;
+        if (--held.users > 0) return;
+        if (this.held.get(key) === held) this.held.delete(key);
+        void held.binds.finally(() => rm(held.dir, { recursive: true, force: true }).catch(() => undefined));
+      },
+    };
   }
 
-  /** A capsule is gone: its tenant's copies go with the tenant's last capsule (sandboxes still bound keep theirs). */
-  release(tenant: string, imageRoot: string): void {
-    const key = `${tenant}\0${imageRoot}`;
-    const h = this.held.get(key);
-    if (!h || --h.users > 0) return;
-    this.held.delete(key);
-    void h.binds.finally(() => rm(h.dir, { recursive: true, force: true }).catch(() => undefined));
-  }
-
-  /** Tenants holding copies now (for tests and metrics). */
+  /** Tenants holding copies now (for tests). */
   get size(): number {
     return this.held.size;
   }
+}
+
+function imageStamp(imageRoot: string): string {
+  return PRIVATE_FILES.map((f) => {
+    try {
+      const st = lstatSync(join(imageRoot, f));
+      return `${st.ino}:${st.mtimeMs}:${st.size}`;
+    } catch {
+      return '-';
+    }
+  }).join(',');
 }
 
 async function copyInto(dir: string, imageRoot: string): Promise<PrivateBind[]> {

@@ -3,7 +3,8 @@
 // its tenant's alone. From inside real capsules: what their shell maps is not
 // the host's file, two capsules of one tenant share one copy, another
 // tenant's is another; the copies hold the image's bytes, are read-only, and
-// go with the tenant's last capsule. Then the copies alone, on a fake image.
+// go with the tenant's last capsule. Then the copies alone, on a fake image
+// (and a new copy once the image's file is replaced).
 import t from 'tap';
 import { createHash } from 'node:crypto';
 import {
@@ -11,6 +12,7 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  renameSync,
   rmSync,
   statSync,
   symlinkSync,
@@ -91,35 +93,55 @@ t.test('a tenant maps its own loader, libc and shell', async (t) => {
   t.same(readdirSync(own), [], "the copies go with each tenant's last capsule");
 });
 
-t.test('the copies on an image, and when there are none', async (t) => {
+t.test('the copies on an image, a changed image, and none', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'private-copies-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const image = join(dir, 'image');
+  const own = join(dir, 'own');
   mkdirSync(join(image, 'usr', 'bin'), { recursive: true });
   mkdirSync(join(image, 'usr', 'lib', 'x86_64-linux-gnu'), { recursive: true });
   writeFileSync(join(image, SHELL), 'shell bytes', { mode: 0o755 });
   symlinkSync('/etc/passwd', join(image, LIBC)); // not a regular file of the image: never followed
   let n = 0;
-  const copies = await PrivateCopies.open(join(dir, 'own'), { bytes: (k) => Buffer.alloc(k, ++n) });
-  const binds = await copies.acquire('t1', image);
+  const copies = await PrivateCopies.open(own, { bytes: (k) => Buffer.alloc(k, ++n) });
+  const first = copies.acquire('t1', image);
+  const binds = await first.binds;
   t.equal(binds.length, 1, 'only what the image has as a regular file');
   const [copy, target] = binds[0]!;
   t.equal(target, SHELL);
   t.equal(readFileSync(copy, 'utf8'), 'shell bytes');
   t.equal(statSync(copy).mode & 0o777, 0o755);
-  t.same(await copies.acquire('t1', image), binds, "the tenant's second capsule: the same copies");
-  t.same(await copies.acquire('t2', join(dir, 'no-such-image')), [], 'no files, no binds');
-  copies.release('t1', image);
-  t.ok(statSync(copy).isFile(), 'kept while the tenant has a capsule');
-  copies.release('t1', image);
-  copies.release('t2', join(dir, 'no-such-image'));
-  for (let i = 0; i < 50 && readdirSync(join(dir, 'own')).length > 0; i++) await new Promise((r) => setTimeout(r, 10));
-  t.same(readdirSync(join(dir, 'own')), [], 'removed with the last release');
+  const second = copies.acquire('t1', image);
+  t.same(await second.binds, binds, "the tenant's second capsule: the same copies");
+  const none = copies.acquire('t2', join(dir, 'no-such-image'));
+  t.same(await none.binds, [], 'no files, no binds');
+
+  // The image's shell replaced (a security update): the next capsule gets the new bytes.
+  writeFileSync(join(image, 'usr', 'bin', 'dash.new'), 'patched shell', { mode: 0o755 });
+  renameSync(join(image, 'usr', 'bin', 'dash.new'), join(image, SHELL));
+  const third = copies.acquire('t1', image);
+  const [newCopy] = (await third.binds)[0]!;
+  t.not(newCopy, copy);
+  t.equal(readFileSync(newCopy, 'utf8'), 'patched shell');
+  t.equal(readFileSync(copy, 'utf8'), 'shell bytes', 'the old copy stays for the capsules holding it');
+
+  first.release();
+  first.release(); // twice counts once
+  t.ok(statSync(copy).isFile(), 'kept while a capsule holds it');
+  second.release();
+  third.release();
+  none.release();
+  const gone = async (): Promise<string[]> => {
+    for (let i = 0; i < 50 && readdirSync(own).length > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    return readdirSync(own);
+  };
+  t.same(await gone(), [], 'removed with the last release');
   t.equal(copies.size, 0);
 
-  const again = await PrivateCopies.open(join(dir, 'own'), { bytes: (k) => Buffer.alloc(k, 9) });
-  await again.acquire('t3', image);
-  const reopened = await PrivateCopies.open(join(dir, 'own'), { bytes: (k) => Buffer.alloc(k, 7) });
-  t.same(readdirSync(join(dir, 'own')), [], 'a new runner removes what the last one left');
+  const again = await PrivateCopies.open(own, { bytes: (k) => Buffer.alloc(k, 9) });
+  await again.acquire('t3', image).binds;
+  t.equal(readdirSync(own).length, 1);
+  const reopened = await PrivateCopies.open(own, { bytes: (k) => Buffer.alloc(k, 7) });
+  t.same(readdirSync(own), [], 'a new runner removes what the last one left');
   t.equal(reopened.size, 0);
 });
