@@ -11,7 +11,7 @@
 // sandbox binds them read-only over the image's files (sandbox.ts).
 
 import { lstatSync } from 'node:fs';
-import { chmod, copyFile, lstat, mkdir, rm } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, rm } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import type { Random } from './clock.js';
 
@@ -63,12 +63,13 @@ export class PrivateCopies {
   /** A capsule of `tenant` on `imageRoot` holds the tenant's copies, made on its first capsule. */
   acquire(tenant: string, imageRoot: string): CopyLease {
     const key = `${tenant}\0${imageRoot}`;
-    const stamp = imageStamp(imageRoot);
+    const files = imageFiles(imageRoot);
+    const stamp = files.map((f) => f.id).join(',');
     let h = this.held.get(key);
     if (!h || h.stamp !== stamp) {
       // A replaced set stays on disk for the capsules that hold it, and goes with their last lease.
       const dir = join(this.root, this.random.bytes(8).toString('hex'));
-      h = { users: 0, dir, stamp, binds: copyInto(dir, imageRoot) };
+      h = { users: 0, dir, stamp, binds: copyInto(dir, imageRoot, files) };
       this.held.set(key, h);
     }
     const held = h;
@@ -92,28 +93,36 @@ export class PrivateCopies {
   }
 }
 
-function imageStamp(imageRoot: string): string {
-  return PRIVATE_FILES.map((f) => {
-    try {
-      const st = lstatSync(join(imageRoot, f));
-      return `${st.ino}:${st.mtimeMs}:${st.size}`;
-    } catch {
-      return '-';
-    }
-  }).join(',');
+interface ImageFile {
+  target: string;
+  mode: number;
+  /** Inode, modification time and size: what changes when the file is replaced. */
+  id: string;
 }
 
-async function copyInto(dir: string, imageRoot: string): Promise<PrivateBind[]> {
+/** The PRIVATE_FILES this image has as regular files (a symlink is never followed out of it). */
+function imageFiles(imageRoot: string): ImageFile[] {
+  const files: ImageFile[] = [];
+  for (const target of PRIVATE_FILES) {
+    let st;
+    try {
+      st = lstatSync(join(imageRoot, target));
+    } catch {
+      continue;
+    }
+    if (st.isFile()) files.push({ target, mode: st.mode, id: `${target}:${st.ino}:${st.mtimeMs}:${st.size}` });
+  }
+  return files;
+}
+
+async function copyInto(dir: string, imageRoot: string, files: ImageFile[]): Promise<PrivateBind[]> {
   const binds: PrivateBind[] = [];
   try {
     await mkdir(dir, { mode: 0o755 });
-    for (const target of PRIVATE_FILES) {
-      const source = join(imageRoot, target);
-      const st = await lstat(source).catch(() => null);
-      if (!st?.isFile()) continue;
+    for (const { target, mode } of files) {
       const copy = join(dir, basename(target));
-      await copyFile(source, copy);
-      await chmod(copy, st.mode & 0o755);
+      await copyFile(join(imageRoot, target), copy);
+      await chmod(copy, mode & 0o755);
       binds.push([copy, target]);
     }
     return binds;
