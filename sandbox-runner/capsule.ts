@@ -117,6 +117,7 @@ export class CapsuleManager {
   constructor(private readonly d: ManagerDeps) {
     this.light = new LightTenants(d.clock);
     this.execs = new ExecHost((key) => this.light.isLight(key));
+    this.files.warm();
     mkdirSync(capsulesDir(d.config.stateDir), { recursive: true, mode: 0o711 });
     chmodSync(capsulesDir(d.config.stateDir), 0o711);
   }

@@ -62,6 +62,18 @@ export class FileWorkers {
   /** maxWorkers: threads for any job; one more is kept for small jobs. */
   constructor(private readonly maxWorkers = 4) {}
 
+  /**
+   * Starts the small jobs' thread and one bulk thread now: a thread's start-up (some 200 ms of
+   * module loading) then stays off the first list, download and destroy after the runner starts.
+   */
+  warm(): void {
+    try {
+      for (const small of [true, false]) if (!this.slots.some((s) => s.small === small)) this.spawn(small);
+    } catch {
+      /* started on demand instead (pump reports a thread that cannot start) */
+    }
+  }
+
   private spawn(small: boolean): Slot {
     // The name becomes the OS thread's name (top -H, /proc/<pid>/task/<tid>/comm).
     const worker = new Worker(WORKER_URL, {

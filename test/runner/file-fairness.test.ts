@@ -112,3 +112,27 @@ t.test("the small jobs' thread runs at the runner's priority, bulk threads below
     'a job over many files started a bulk thread, at nice 10 (it is not a small job)',
   );
 });
+
+t.test('warm() starts the small and one bulk thread before any job', async (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'capsule-warm-'));
+  t.teardown(() => rmSync(root, { recursive: true, force: true }));
+  writeFileSync(join(root, 'out.txt'), 'result\n');
+  const before = threadNice();
+  const files = new FileWorkers(2);
+  t.teardown(() => files.close());
+  files.warm();
+  files.warm(); // idempotent: still one of each
+  const named = (): string[] =>
+    [...threadNice()]
+      .filter(([tid]) => !before.has(tid))
+      .map(([, n]) => n)
+      .sort();
+  const want = [`${FILE_THREAD_BULK} 10`, `${FILE_THREAD_SMALL} 0`];
+  // A thread is named as it starts and renices itself a moment later.
+  const deadline = Date.now() + 10_000;
+  while (named().join() !== want.join() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  t.same(named(), want, 'both threads run, no job asked yet');
+  await files.read({ capsule: 's', tenant: 's', bytes: 4096, files: 3 }, root, 'out.txt', 1024);
+  await files.list({ capsule: 'd', tenant: 'd', bytes: 4096, files: SMALL_JOB_FILES + 1 }, root, 1024);
+  t.equal(named().length, 2, 'a small and a bulk job started no thread of their own');
+});
