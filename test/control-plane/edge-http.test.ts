@@ -290,11 +290,16 @@ t.test('sqlite: a 20,000-exec record verifies off the request thread', async (t)
     body.length > 12 * 1024 * 1024 && body.length < 16 * 1024 * 1024,
     `${body.length} bytes, within the default bound`,
   );
+  const began = performance.now();
   const verifying = s.api.req('POST', '/v1/verify', { raw: body, headers: { 'content-type': 'application/json' } });
   // While it is verified, the request thread keeps answering.
   let slowest = 0;
   let done = false;
-  void verifying.then(() => (done = true));
+  let verifyMs = 0;
+  void verifying.then(() => {
+    done = true;
+    verifyMs = performance.now() - began;
+  });
   let probes = 0;
   while (!done) {
     const t0 = performance.now();
@@ -307,7 +312,12 @@ t.test('sqlite: a 20,000-exec record verifies off the request thread', async (t)
   t.equal(r.status, 200, r.text.slice(0, 200));
   t.equal(r.body.valid, true);
   t.ok(probes >= 5, `${probes} health probes answered during the verification`);
-  t.ok(slowest < 500, `slowest health answer ${slowest.toFixed(0)} ms`);
+  // Verified on the request thread, one health answer would wait for nearly all of it. The bound
+  // follows the verification's own time on a loaded 2-core machine (another test file beside it).
+  t.ok(
+    slowest < Math.max(500, verifyMs / 4),
+    `slowest health answer ${slowest.toFixed(0)} ms during a ${verifyMs.toFixed(0)} ms verification`,
+  );
   const tampered = body.replace('"exit_code":0', '"exit_code":1');
   const bad = await s.api.req('POST', '/v1/verify', { raw: tampered, headers: { 'content-type': 'application/json' } });
   t.same(bad.body.failure_reason, { type: 'ActivityMismatch', reason: 'RootMismatch' });
