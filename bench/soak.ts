@@ -20,6 +20,6 @@ const report = await runSoak({
 const ratio = report.underAttack.p99 / report.idle.p99;
 console.log(JSON.stringify({ ...report, p99_ratio: Math.round(ratio * 100) / 100 }, null, 2));
 console.log(
-  `victim lifecycle p50 ${report.idle.p50.toFixed(0)} -> ${report.underAttack.p50.toFixed(0)} ms, p99 ${report.idle.p99.toFixed(0)} -> ${report.underAttack.p99.toFixed(0)} ms (${ratio.toFixed(2)}x idle; bound 2x); failures: ${report.failures.length}`,
+  `victim lifecycle p50 ${report.idle.p50.toFixed(0)} -> ${report.underAttack.p50.toFixed(0)} ms, p99 ${report.idle.p99.toFixed(0)} -> ${report.underAttack.p99.toFixed(0)} ms (${ratio.toFixed(2)}x idle; bound 2x); failures: ${report.failures.length}; victim's client ${report.victimClient}`,
 );
 process.exit(report.failures.length === 0 && ratio < 2 ? 0 : 1);

@@ -13,7 +13,14 @@ t.test('one account attacking does not degrade another', async (t) => {
     idleLifecycles: 12,
     log: (l) => t.comment(l),
   });
-  t.comment(JSON.stringify({ idle: report.idle, underAttack: report.underAttack, rounds: report.rounds }));
+  t.comment(
+    JSON.stringify({
+      idle: report.idle,
+      underAttack: report.underAttack,
+      rounds: report.rounds,
+      victimClient: report.victimClient,
+    }),
+  );
   t.same(report.failures, [], 'no 5xx, hang, unverifiable proof or lost execution');
   for (const [name, rounds] of Object.entries(report.rounds)) t.ok(rounds > 0, `${name} ran at least one round`);
   t.ok(report.underAttack.n >= 5, 'the victim kept completing lifecycles during the attacks');

@@ -51,6 +51,8 @@ export interface SoakReport {
   refusals: Record<string, number>;
   proofsVerified: number;
   serverRssMb: { start: number; peak: number };
+  /** The victim's measuring thread's CPU priority under attack (victim.ts realtime). */
+  victimClient: string;
 }
 
 /** One attack: the exec commands it runs, or a custom driver against the API. */
@@ -452,6 +454,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
       refusals,
       proofsVerified: probes.verified.count,
       serverRssMb: rss,
+      victimClient: underRun.client,
     };
   } finally {
     clearInterval(rssTimer);
