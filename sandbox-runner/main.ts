@@ -39,6 +39,7 @@ process.env.UV_THREADPOOL_SIZE ??= '16';
  * reservation. Once full, a new tenant's capsules map the image's shared files.
  */
 const etcTmpfsMb = (runnerMemoryMb: number): number => Math.max(32, Math.floor(runnerMemoryMb / 4));
+const ETC_INODES = 16384;
 
 /** Exit 2: the node is unfit (swap on); 1: anything else. */
 function fail(msg: string, code: 1 | 2 = 1): never {
@@ -140,7 +141,13 @@ async function main(): Promise<void> {
     // The capsules' /etc and /proc masks live on a small tmpfs of their own, so a
     // capsule's mountinfo names them by their path in it ("/<hash>"), never by a host path.
     mkdirSync(etcRoot, { recursive: true, mode: 0o711 });
-    if (!(await isMountPoint(etcRoot))) await mounter.mount(etcRoot, etcTmpfsMb(config.runnerMemoryMb), 16384);
+    // A runner that died left its tmpfs mounted: it is reused at this runner's size (or kept at its
+    // own when it holds more than that; private copies then fall back to the shared files sooner).
+    if (!(await isMountPoint(etcRoot))) await mounter.mount(etcRoot, etcTmpfsMb(config.runnerMemoryMb), ETC_INODES);
+    else
+      await mounter.remount(etcRoot, etcTmpfsMb(config.runnerMemoryMb), ETC_INODES).catch((e: Error) => {
+        process.stderr.write(`capsule-runner: WARNING the /etc tmpfs keeps its size: ${e.message}\n`);
+      });
     for (const root of new Set(Object.values(config.runtimes))) prepareEtc(root, etcDirFor(config.stateDir, root));
     procMask = procMaskArgs(join(etcRoot, '.mask'));
     copies = await PrivateCopies.open(join(etcRoot, '.own'), systemRandom);

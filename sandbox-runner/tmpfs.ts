@@ -15,12 +15,13 @@ export class TmpfsError extends Error {}
 const HELPER = String.raw`
 import ctypes, sys
 libc = ctypes.CDLL(None, use_errno=True)
-MS_NOSUID, MS_NODEV, MNT_DETACH, EBUSY = 2, 4, 2, 16
+MS_NOSUID, MS_NODEV, MS_REMOUNT, MNT_DETACH, EBUSY = 2, 4, 32, 2, 16
 for line in sys.stdin:
     f = line.rstrip("\n").split("\0")
     r, err = -1, 22
-    if f[0] == "mount" and len(f) == 4:
-        r = libc.mount(b"capsule-tmpfs", f[1].encode(), b"tmpfs", MS_NOSUID | MS_NODEV, ("size=%dm,nr_inodes=%d,mode=0711" % (int(f[2]), int(f[3]))).encode())
+    if f[0] in ("mount", "remount") and len(f) == 4:
+        flags = MS_NOSUID | MS_NODEV | (MS_REMOUNT if f[0] == "remount" else 0)
+        r = libc.mount(b"capsule-tmpfs", f[1].encode(), b"tmpfs", flags, ("size=%dm,nr_inodes=%d,mode=0711" % (int(f[2]), int(f[3]))).encode())
         err = ctypes.get_errno()
     elif f[0] == "umount" and len(f) == 2:
         r = libc.umount2(f[1].encode(), 0)
@@ -97,16 +98,22 @@ export class Mounter {
   }
 
   /** Mounts a tmpfs of sizeMb bytes and at most inodes files/directories (bounds the wipe's walk too). */
-  async mount(dir: string, sizeMb: number, inodes: number): Promise<void> {
-    const reply = await this.ask(['mount', dir, String(sizeMb), String(inodes)]);
+  mount(dir: string, sizeMb: number, inodes: number): Promise<void> {
+    return this.mountOp('mount', dir, sizeMb, inodes);
+  }
+
+  /** Sets the bounds of the tmpfs mounted on dir, keeping its files (fails below what it holds). */
+  remount(dir: string, sizeMb: number, inodes: number): Promise<void> {
+    return this.mountOp('remount', dir, sizeMb, inodes);
+  }
+
+  private async mountOp(op: 'mount' | 'remount', dir: string, sizeMb: number, inodes: number): Promise<void> {
+    const reply = await this.ask([op, dir, String(sizeMb), String(inodes)]);
     if (reply === 'ok') return;
-    if (reply !== null) throw new TmpfsError(`mount tmpfs at ${dir} failed: ${reply}`);
-    const r = spawnSync(
-      'mount',
-      ['-t', 'tmpfs', '-o', `size=${sizeMb}m,nr_inodes=${inodes},mode=0711,nosuid,nodev`, 'capsule-tmpfs', dir],
-      { encoding: 'utf8' },
-    );
-    if (r.status !== 0) throw new TmpfsError(`mount tmpfs at ${dir} failed: ${(r.stderr || '').trim()}`);
+    if (reply !== null) throw new TmpfsError(`${op} tmpfs at ${dir} failed: ${reply}`);
+    const opts = `${op === 'remount' ? 'remount,' : ''}size=${sizeMb}m,nr_inodes=${inodes},mode=0711,nosuid,nodev`;
+    const r = spawnSync('mount', ['-t', 'tmpfs', '-o', opts, 'capsule-tmpfs', dir], { encoding: 'utf8' });
+    if (r.status !== 0) throw new TmpfsError(`${op} tmpfs at ${dir} failed: ${(r.stderr || '').trim()}`);
   }
 
   /**

@@ -15,13 +15,14 @@ import {
   renameSync,
   rmSync,
   statSync,
+  statfsSync,
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PrivateCopies } from '../../sandbox-runner/private-copies.js';
-import { startRunner } from '../helpers/runner.js';
+import { removeStateDir, reserveUidBlock, startRunner } from '../helpers/runner.js';
 
 const LIBC = '/usr/lib/x86_64-linux-gnu/libc.so.6';
 const LOADER = '/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2';
@@ -144,4 +145,26 @@ t.test('the copies on an image, a changed image, and none', async (t) => {
   const reopened = await PrivateCopies.open(own, { bytes: (k) => Buffer.alloc(k, 7) });
   t.same(readdirSync(own), [], 'a new runner removes what the last one left');
   t.equal(reopened.size, 0);
+});
+
+t.test("a runner started over a dead runner's /etc tmpfs gives it its own size", async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'capsule-etc-size-'));
+  const uidBlock = reserveUidBlock(16);
+  t.teardown(() => {
+    removeStateDir(stateDir);
+    uidBlock.release();
+  });
+  const sizeMb = (): number => {
+    const s = statfsSync(join(stateDir, 'etc'));
+    return (s.blocks * s.bsize) / (1024 * 1024);
+  };
+  const first = await startRunner({ stateDir, uidBlock, options: { runner_memory_mb: '256' } });
+  t.equal(sizeMb(), 64, 'a quarter of runner_memory_mb');
+  await first.kill(); // its tmpfs stays mounted
+  const second = await startRunner({ stateDir, uidBlock, options: { runner_memory_mb: '1024' } });
+  t.teardown(() => second.stop());
+  t.equal(sizeMb(), 256, "the dead runner's tmpfs, now a quarter of this runner's runner_memory_mb");
+  await second.client.create({ capsule_id: 'after', memory_mb: 64 });
+  const r = await second.client.exec({ capsule_id: 'after', command: 'echo ok', timeout_ms: 10000 });
+  t.equal(r.stdout, 'ok\n', 'capsules start on it');
 });
