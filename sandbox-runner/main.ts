@@ -141,8 +141,8 @@ async function main(): Promise<void> {
     // The capsules' /etc and /proc masks live on a small tmpfs of their own, so a
     // capsule's mountinfo names them by their path in it ("/<hash>"), never by a host path.
     mkdirSync(etcRoot, { recursive: true, mode: 0o711 });
-    // A runner that died left its tmpfs mounted: it is reused at this runner's size (or kept at its
-    // own when it holds more than that; private copies then fall back to the shared files sooner).
+    // A runner that died left its tmpfs mounted: it is reused at this runner's size (it keeps its
+    // old, larger size if it holds more than the new one allows).
     if (!(await isMountPoint(etcRoot))) await mounter.mount(etcRoot, etcTmpfsMb(config.runnerMemoryMb), ETC_INODES);
     else
       await mounter.remount(etcRoot, etcTmpfsMb(config.runnerMemoryMb), ETC_INODES).catch((e: Error) => {
