@@ -82,6 +82,24 @@ export function removeStateDir(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
 }
 
+/**
+ * A state dir and uid block of the test's own, for runners started one after another over them
+ * (a restart, a crash's recovery); both are removed and released at the test's end.
+ */
+export function ownState(
+  t: { teardown(f: () => void): void },
+  prefix: string,
+  uidCount = 16,
+): { stateDir: string; uidBlock: UidBlock } {
+  const stateDir = mkdtempSync(join(tmpdir(), prefix));
+  const uidBlock = reserveUidBlock(uidCount);
+  t.teardown(() => {
+    removeStateDir(stateDir);
+    uidBlock.release();
+  });
+  return { stateDir, uidBlock };
+}
+
 export async function startRunner(opts: StartRunnerOptions = {}): Promise<StartedRunner> {
   const stateDir = opts.stateDir ?? mkdtempSync(join(tmpdir(), 'capsule-runner-'));
   const uidBlock = opts.uidBlock ?? reserveUidBlock(opts.uidCount);

@@ -22,7 +22,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PrivateCopies } from '../../sandbox-runner/private-copies.js';
-import { removeStateDir, reserveUidBlock, startRunner } from '../helpers/runner.js';
+import { ownState, startRunner } from '../helpers/runner.js';
 
 const LIBC = '/usr/lib/x86_64-linux-gnu/libc.so.6';
 const LOADER = '/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2';
@@ -148,12 +148,7 @@ t.test('the copies on an image, a changed image, and none', async (t) => {
 });
 
 t.test("a runner started over a dead runner's /etc tmpfs gives it its own size", async (t) => {
-  const stateDir = mkdtempSync(join(tmpdir(), 'capsule-etc-size-'));
-  const uidBlock = reserveUidBlock(16);
-  t.teardown(() => {
-    removeStateDir(stateDir);
-    uidBlock.release();
-  });
+  const { stateDir, uidBlock } = ownState(t, 'capsule-etc-size-');
   const sizeMb = (): number => {
     const s = statfsSync(join(stateDir, 'etc'));
     return (s.blocks * s.bsize) / (1024 * 1024);

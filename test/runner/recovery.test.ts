@@ -7,15 +7,10 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { liveProcsNow, removeStateDir, reserveUidBlock, startRunner } from '../helpers/runner.js';
+import { liveProcsNow, ownState, startRunner } from '../helpers/runner.js';
 
 t.test('recovery after SIGKILL of the runner', async (t) => {
-  const stateDir = mkdtempSync(join(tmpdir(), 'capsule-recovery-'));
-  const uidBlock = reserveUidBlock(64);
-  t.teardown(() => {
-    removeStateDir(stateDir);
-    uidBlock.release();
-  });
+  const { stateDir, uidBlock } = ownState(t, 'capsule-recovery-', 64);
   const first = await startRunner({ stateDir, uidBlock });
   const c = first.client;
   const a = await c.create({ capsule_id: 'lost-a', memory_mb: 64 });

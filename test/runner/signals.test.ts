@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RunnerClient } from '../../shared/node/runner-client.js';
-import { liveProcsNow, removeStateDir, reserveUidBlock, RUNNER_MAIN, startRunner } from '../helpers/runner.js';
+import { liveProcsNow, ownState, removeStateDir, RUNNER_MAIN, startRunner } from '../helpers/runner.js';
 
 const mountsUnder = (dir: string): string[] =>
   readFileSync('/proc/self/mountinfo', 'utf8')
@@ -69,12 +69,7 @@ t.test('SIGTERM: capsules destroyed, mounts and cgroups gone, exit 0', async (t)
 });
 
 t.test('SIGTERM during start-up is obeyed once recovery is done', async (t) => {
-  const stateDir = mkdtempSync(join(tmpdir(), 'capsule-sigterm-early-'));
-  const uids = reserveUidBlock(16);
-  t.teardown(() => {
-    removeStateDir(stateDir);
-    uids.release();
-  });
+  const { stateDir, uidBlock: uids } = ownState(t, 'capsule-sigterm-early-');
   // A capsule left by a "crash" (a mounted tmpfs holding 64 MB): its recovery wipe keeps start-up busy long enough.
   const left = join(stateDir, 'capsules', 'leftover');
   mkdirSync(left, { recursive: true });
@@ -115,12 +110,7 @@ async function orphanedRunnerStopsCleanly(
   name: string,
   spawnParent: (runnerArgv: string[]) => ChildProcess,
 ): Promise<void> {
-  const stateDir = mkdtempSync(join(tmpdir(), `capsule-${name}-`));
-  const uids = reserveUidBlock(16);
-  t.teardown(() => {
-    removeStateDir(stateDir);
-    uids.release();
-  });
+  const { stateDir, uidBlock: uids } = ownState(t, `capsule-${name}-`);
   const socket = join(stateDir, 'runner.sock');
   const parent = spawnParent([
     RUNNER_MAIN,
