@@ -19,7 +19,7 @@ import {
   type ListedFile,
 } from '../shared/runner-protocol.js';
 import { writeCharged, type WriterRun } from './charged.js';
-import { groupPids, killGroup, removeGroup, writerProcsFiles, type CgroupManager } from './cgroup.js';
+import { cpuUsageMs, groupPids, killGroup, removeGroup, writerProcsFiles, type CgroupManager } from './cgroup.js';
 import type { Clock, Random } from './clock.js';
 import type { RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
@@ -386,6 +386,8 @@ export class CapsuleManager {
       // exec running at once is not light.
       const ran = this.light.start(this.tenantKey(c));
       const quick = this.isLight(c);
+      // A capsule's execs run one at a time: what its group used meanwhile is this exec's CPU.
+      const cpuBefore = cpuUsageMs(c.record.cgroup);
       try {
         if (input) {
           try {
@@ -432,7 +434,8 @@ export class CapsuleManager {
           process_limit_killed: r.process_limit_killed === true,
         };
       } finally {
-        ran();
+        const cpuAfter = cpuBefore === null ? null : cpuUsageMs(c.record.cgroup);
+        ran(cpuAfter === null || cpuBefore === null ? null : cpuAfter - cpuBefore);
         c.abortRunning = null;
         c.running--;
         // Start the next exec's wrapper after the sweep, once this result is on its way (spawn is synchronous).

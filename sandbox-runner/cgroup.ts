@@ -35,6 +35,11 @@ export interface CapsuleCgroupPaths {
    * tenant that has been light on CPU run. Absent in records written before the lane existed.
    */
   quick?: string | null;
+  /**
+   * v1 with cpuacct mounted apart from cpu: the capsule's CPU accounting group, which every
+   * process of the capsule joins (cpuUsageMs). Absent in records written before it existed.
+   */
+  acct?: string | null;
 }
 
 interface Mount {
@@ -158,6 +163,7 @@ export class CgroupManager {
     private readonly cpuBase: string | null,
     private readonly quickBase: string | null = null,
     private readonly servicesBase: string | null = null,
+    private readonly acctBase: string | null = null,
   ) {}
 
   /** Finds the hierarchy and prepares `<own cgroup>/<name>`; throws CgroupError with a clear message. */
@@ -224,6 +230,17 @@ export class CgroupManager {
       mkdirSync(pidsBase, { recursive: true });
     }
     const cpuMount = v1For('cpu');
+    // cpuacct co-mounted with cpu has its counters in the CPU groups themselves (cpuUsageMs).
+    const acctMount = v1For('cpuacct');
+    let acctBase: string | null = null;
+    if (acctMount && acctMount !== cpuMount) {
+      acctBase = join(base(acctMount, own.get('cpuacct') ?? '/'), name);
+      try {
+        mkdirSync(acctBase, { recursive: true });
+      } catch {
+        acctBase = null; // no accounting: light-tenants.ts counts wall time instead
+      }
+    }
     let cpuBase: string | null = null;
     let quickBase: string | null = null;
     let servicesBase: string | null = null;
@@ -245,7 +262,7 @@ export class CgroupManager {
         }
       }
     }
-    return new CgroupManager(mode, memBase, pidsBase, cpuBase, quickBase, servicesBase);
+    return new CgroupManager(mode, memBase, pidsBase, cpuBase, quickBase, servicesBase, acctBase);
   }
 
   /** The quick lane's group (v1 cpu): weighted, and capped at half the CPUs; null if it cannot be made. */
@@ -319,10 +336,11 @@ export class CgroupManager {
     const pids = this.pidsBase ? join(this.pidsBase, id) : null;
     const cpu = this.cpuBase ? join(this.cpuBase, id) : null;
     const quick = this.quickBase ? join(this.quickBase, id) : null;
+    const acct = this.acctBase ? join(this.acctBase, id) : null;
     // The hierarchies side by side: each mkdir is a trip through the pool and a wait for the lock.
     await Promise.all([
       mkdir(mem).then(() => mkdir(join(mem, WRITER_LEAF))),
-      ...[pids, cpu, quick].filter((d): d is string => d !== null).map((d) => mkdir(d)),
+      ...[pids, cpu, quick, acct].filter((d): d is string => d !== null).map((d) => mkdir(d)),
     ]);
     write(join(mem, 'memory.limit_in_bytes'), String(limits.memoryBytes));
     // memsw = memory+swap; equal to the memory limit means no swap at all.
@@ -332,7 +350,7 @@ export class CgroupManager {
     tryWrite(join(mem, WRITER_LEAF, 'memory.swappiness'), '0');
     if (pids) write(join(pids, 'pids.max'), String(limits.pidsMax));
     if (cpu) tryWrite(join(cpu, 'cpu.shares'), String(v1Shares(limits.cpuWeight)));
-    return { mode: this.mode, memory: mem, pids, cpu, quick };
+    return { mode: this.mode, memory: mem, pids, cpu, quick, acct };
   }
 
   /** Sets a live capsule's CPU weight (v2 scale; v1 cpu.shares = weight x 1024 / 100); best effort. */
@@ -425,7 +443,7 @@ export class CgroupManager {
   /** Removes this runner's (empty) subtree directories; used at graceful stop. */
   removeSubtree(): void {
     tryRmdir(join(this.memoryBase, RUNNER_LEAF)); // empty once the runner left it (or died)
-    for (const d of [this.memoryBase, this.pidsBase, this.cpuBase, this.quickBase, this.servicesBase]) {
+    for (const d of [this.memoryBase, this.pidsBase, this.cpuBase, this.quickBase, this.servicesBase, this.acctBase]) {
       if (!d) continue;
       try {
         rmdirSync(d);
@@ -443,6 +461,7 @@ export class CgroupManager {
       pids: this.pidsBase ? join(this.pidsBase, id) : null,
       cpu: this.cpuBase ? join(this.cpuBase, id) : null,
       quick: this.quickBase ? join(this.quickBase, id) : null,
+      acct: this.acctBase ? join(this.acctBase, id) : null,
     };
   }
 }
@@ -454,7 +473,9 @@ function cpuDir(p: CapsuleCgroupPaths, quick: boolean): string | null {
 
 /** Files a new process writes its pid to, before exec, to join every controller (its CPU in the quick lane if asked and there is one). */
 export function procsFiles(p: CapsuleCgroupPaths, quick = false): string[] {
-  return [p.memory, p.pids, cpuDir(p, quick)].filter((d): d is string => !!d).map((d) => join(d, 'cgroup.procs'));
+  return [p.memory, p.pids, cpuDir(p, quick), p.acct]
+    .filter((d): d is string => !!d)
+    .map((d) => join(d, 'cgroup.procs'));
 }
 
 /**
@@ -485,6 +506,24 @@ export function groupPids(p: CapsuleCgroupPaths): number[] {
     }
   }
   return [...seen];
+}
+
+/**
+ * CPU time the capsule's processes have used, in milliseconds, exited ones included (v2:
+ * cpu.stat usage_usec; v1: cpuacct.usage of its accounting group, or of its CPU groups where
+ * cpuacct is mounted with cpu); null where the kernel does not account it.
+ */
+export function cpuUsageMs(p: CapsuleCgroupPaths): number | null {
+  if (p.mode === 'v2') {
+    const m = /^usage_usec (\d+)$/m.exec(read(join(p.memory, 'cpu.stat')) ?? '');
+    return m ? Number(m[1]) / 1000 : null;
+  }
+  let ns: number | null = null;
+  for (const d of p.acct ? [p.acct] : [p.cpu, p.quick]) {
+    const v = d ? read(join(d, 'cpuacct.usage')) : null;
+    if (v !== null && v.trim() !== '') ns = (ns ?? 0) + Number(v);
+  }
+  return ns === null ? null : ns / 1e6;
 }
 
 /** The file holding a capsule's CPU weight and its smallest value (v2 cpu.weight, v1 cpu.shares); null without a cpu controller. */
@@ -628,8 +667,10 @@ function writerLeafProcs(p: CapsuleCgroupPaths): string {
  * a tenant are that tenant's CPU, not the services'.
  */
 export function writerProcsFiles(p: CapsuleCgroupPaths, quick = false): string[] {
-  const cpu = cpuDir(p, quick);
-  return [writerLeafProcs(p), ...(cpu ? [join(cpu, 'cgroup.procs')] : [])];
+  return [
+    writerLeafProcs(p),
+    ...[cpuDir(p, quick), p.acct].filter((d): d is string => !!d).map((d) => join(d, 'cgroup.procs')),
+  ];
 }
 
 function writerPidsOf(p: CapsuleCgroupPaths): number[] {
@@ -640,7 +681,7 @@ function writerPidsOf(p: CapsuleCgroupPaths): number[] {
 /** Removes the group's directories (must be empty). Returns whether all are gone. */
 export async function removeGroup(p: CapsuleCgroupPaths): Promise<boolean> {
   let ok = true;
-  for (const d of [join(p.memory, WRITER_LEAF), p.memory, p.pids, p.cpu, p.quick]) {
+  for (const d of [join(p.memory, WRITER_LEAF), p.memory, p.pids, p.cpu, p.quick, p.acct]) {
     if (!d || !existsSync(d)) continue;
     let removed = false;
     for (let i = 0; i < 50 && !removed; i++) {

@@ -1,10 +1,17 @@
-// Which tenants have been light on exec time lately (their execs run in the
-// quick lane, cgroup.ts). Each tenant's exec time decays by half every
-// HALF_LIFE_MS; execs still running count with the time they have run so far.
-// A tenant is light while that sum stays under BUDGET_MS: about a quarter of
-// one exec running all the time. A lifecycle every 300 ms with a 20 ms command
-// stays light; a tenant running one long command, or many short ones back to
-// back, is not (and one that turns CPU-bound mid-exec leaves the lane then).
+// Which tenants have been light on CPU lately (their execs run in the quick
+// lane, cgroup.ts). Each tenant's exec time decays by half every HALF_LIFE_MS:
+// an ended exec counts the CPU time its processes used where the kernel
+// accounts it (cgroup.ts cpuUsageMs), else its wall time; execs still running
+// count with the wall time they have run so far. A tenant is light while that
+// sum stays under BUDGET_MS: about a quarter of one CPU all the time. A
+// lifecycle every 300 ms with a 20 ms command stays light; a tenant running
+// CPU-heavy commands back to back is not (and one that turns CPU-bound
+// mid-exec leaves the lane then).
+//
+// WARNING: wall time alone fed on itself: on a busy node a light tenant's
+// commands waited longer for a CPU, their longer wall time made it heavy, and
+// out of the lane they waited longer still (measured in the soak: every victim
+// exec over 350 ms had left the lane).
 //
 // Light is also earned and taken one exec at a time: a tenant is light only
 // once an exec of its own has ended on this node (a tenant never seen is not
@@ -49,17 +56,21 @@ export class LightTenants {
     return ms < BUDGET_MS;
   }
 
-  /** An exec of `key` starts; the returned function ends it (its time is added then). */
-  start(key: string): () => void {
+  /**
+   * An exec of `key` starts; the returned function ends it and adds its time then: `cpuMs`, the
+   * CPU time it used, when known, else the wall time since it started.
+   */
+  start(key: string): (cpuMs?: number | null) => void {
     const now = this.clock.monotonicMs();
     let u = this.usage.get(key);
     if (!u) this.usage.set(key, (u = { ms: 0, at: now, running: new Set() }));
     const run = { since: now };
     u.running.add(run);
-    return () => {
+    return (cpuMs) => {
       if (!u.running.delete(run)) return;
       const end = this.clock.monotonicMs();
-      u.ms = this.decayed(u, end) + (end - run.since);
+      const used = cpuMs != null && Number.isFinite(cpuMs) && cpuMs >= 0 ? cpuMs : end - run.since;
+      u.ms = this.decayed(u, end) + used;
       u.at = end;
       this.known.delete(key); // re-added last: the set stays in order of last use
       this.known.add(key);

@@ -1,6 +1,6 @@
 // Which tenants' execs run in the quick lane: light ones, by their exec time
-// decaying by half every 2 s (budget 700 ms), once seen and one exec at a
-// time, with a manual clock.
+// (CPU when known, else wall) decaying by half every 2 s (budget 700 ms), once
+// seen and one exec at a time, with a manual clock.
 import t from 'tap';
 import { LightTenants } from '../../sandbox-runner/light-tenants.js';
 
@@ -84,6 +84,25 @@ t.test('short execs back to back add up; the same pace with pauses does not', as
     execs++;
   }
   t.ok(execs > 5 && execs < 20, `a tenant running execs back to back is heavy after ${execs} of them`);
+});
+
+t.test('an ended exec counts the CPU it used when known, its wall time otherwise', async (t) => {
+  const { light, advance } = setup();
+  seen(light, 'waiting');
+  seen(light, 'unknown');
+  // A 20 ms command that took 900 ms because it waited for a CPU on a busy node.
+  let end = light.start('waiting');
+  advance(900);
+  end(20);
+  t.ok(light.isLight('waiting'), '900 ms of wall time but 20 ms of CPU: light');
+  end = light.start('unknown');
+  advance(900);
+  end(null);
+  t.notOk(light.isLight('unknown'), 'no CPU figure: its 900 ms of wall time count');
+  end = light.start('waiting');
+  advance(100);
+  end(800);
+  t.notOk(light.isLight('waiting'), '800 ms of CPU in 100 ms (several processes): heavy');
 });
 
 t.test('concurrent execs of one tenant count together', async (t) => {

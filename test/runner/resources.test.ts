@@ -294,14 +294,29 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
   t.ok(procs(`${quick}/ta-1`).length > 0, 'the sleeping exec stays in the quick lane');
   await Promise.all([spin, sleeper]);
   t.same(['tb-1', 'ta-1'].map(shares), ['1024', '512'], 'the weight is back once the exec ended');
+  // Where cpuacct is its own hierarchy (hybrid), each capsule has an accounting group there that every
+  // process of it joins: the CPU its execs used, exited processes included (light-tenants.ts).
+  const acctOwn = /^\d+:cpuacct:(.*)$/m.exec(readFileSync(`/proc/${r.process.pid}/cgroup`, 'utf8'))?.[1];
+  if (acctOwn !== undefined) {
+    const acct = `/sys/fs/cgroup/cpuacct/${acctOwn}/${name}`.replace(/\/+/g, '/');
+    const usedMs = (id: string): number => Number(readFileSync(`${acct}/${id}/cpuacct.usage`, 'utf8')) / 1e6;
+    t.ok(usedMs('tb-1') > 200, `the spinner's capsule used ${Math.round(usedMs('tb-1'))} ms of CPU`);
+    t.ok(usedMs('ta-1') < 200, `the sleeper's used ${Math.round(usedMs('ta-1'))} ms`);
+  }
 
-  // A tenant that has just run 3 s of execs is not light: its next exec runs in the capsules group.
+  // A tenant that has just used 3 s of CPU is not light: its next exec runs in the capsules group. One
+  // whose 4 s exec slept is: what counts is the CPU its processes used, not how long they took (on a
+  // busy node a light tenant's commands wait for a CPU, and their wall time would make it heavy).
   const after = r.client.exec({ capsule_id: 'tb-1', command: 'sleep 1', timeout_ms: 10000 });
   const fresh = r.client.exec({ capsule_id: 'tc-1', command: 'sleep 1', timeout_ms: 10000 });
+  const slept = r.client.exec({ capsule_id: 'ta-1', command: 'sleep 1', timeout_ms: 10000 });
   await new Promise((res) => setTimeout(res, 500));
   t.ok(procs(`${v1}/tb-1`).length > 0 && procs(`${quick}/tb-1`).length === 0, 'a busy tenant: capsules group');
   t.ok(procs(`${quick}/tc-1`).length > 0 && procs(`${v1}/tc-1`).length === 0, 'a light tenant: quick lane');
-  await Promise.all([after, fresh]);
+  // (Only the lane is looked at: ta-1's upload writer, started with the capsule before its tenant had run
+  // anything, waits in the capsules group.)
+  if (acctOwn !== undefined) t.ok(procs(`${quick}/ta-1`).length > 0, 'a tenant whose long exec slept: quick lane');
+  await Promise.all([after, fresh, slept]);
 
   // A tenant this node has never seen is not trusted with the lane: its first exec runs in the capsules group.
   await r.client.create({ capsule_id: 'td-1', memory_mb: 64, tenant: 'acct-d' });
