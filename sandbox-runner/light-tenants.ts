@@ -10,8 +10,8 @@
 //
 // WARNING: wall time alone fed on itself: on a busy node a light tenant's
 // commands waited longer for a CPU, their longer wall time made it heavy, and
-// out of the lane they waited longer still (measured in the soak: every victim
-// exec over 350 ms had left the lane).
+// out of the lane they waited longer still (measured in the soak: the eight
+// slowest victim execs, 376-658 ms, had all left the lane).
 //
 // Light is also earned and taken one exec at a time: a tenant is light only
 // once an exec of its own has ended on this node (a tenant never seen is not
