@@ -4,7 +4,7 @@
 // RunnerClient connected to it. Must run as root.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash, randomInt } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -72,6 +72,7 @@ export function reserveUidBlock(count = 256): UidBlock {
 
 /** Unmounts anything left mounted below dir (a crashed runner's tmpfs), then removes it. */
 export function removeStateDir(dir: string): void {
+  removeCgroups(cgroupNameOf(dir));
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .map((l) => l.split(' ')[4] ?? '')
@@ -80,6 +81,51 @@ export function removeStateDir(dir: string): void {
     .reverse();
   for (const m of mounts) spawnSync('umount', ['-l', m]);
   rmSync(dir, { recursive: true, force: true });
+}
+
+/** The cgroup name startRunner gives a runner over this state dir (stable: a restart finds its groups). */
+const cgroupNameOf = (stateDir: string): string =>
+  `capsule-test-${createHash('sha256').update(stateDir).digest('hex').slice(0, 16)}`;
+
+/**
+ * Removes the groups a runner named `name` left in the cgroup hierarchies, deepest first: one killed
+ * on purpose (a lost node, a crash) leaves its capsules' groups, empty once their processes died with
+ * it (multi-node.test left 34 per run). A group still holding another process stays (rmdir refuses it).
+ */
+function removeCgroups(name: string): void {
+  const dirs = (d: string): string[] => {
+    try {
+      return readdirSync(d, { withFileTypes: true })
+        .filter((e) => e.isDirectory())
+        .map((e) => join(d, e.name));
+    } catch {
+      return [];
+    }
+  };
+  const remove = (d: string): void => {
+    for (const c of dirs(d)) remove(c);
+    // This process, the killed runner's supervisor, sits in its services' group (cgroup.ts confineRunner):
+    // back to the group it came from, as a graceful stop moves it.
+    try {
+      if (readFileSync(join(d, 'cgroup.procs'), 'utf8').split('\n').includes(String(process.pid)))
+        writeFileSync(join(d, '..', 'cgroup.procs'), String(process.pid));
+    } catch {
+      /* not in it, or cannot move: the group stays */
+    }
+    try {
+      rmdirSync(d);
+    } catch {
+      /* not empty, or gone */
+    }
+  };
+  const find = (d: string, depth: number): void => {
+    for (const c of dirs(d)) {
+      const base = c.slice(d.length + 1);
+      if (base === name || base.startsWith(`${name}.`)) remove(c);
+      else if (depth < 4 && !base.startsWith('capsule-') && !base.startsWith('cap_')) find(c, depth + 1);
+    }
+  };
+  find('/sys/fs/cgroup', 0);
 }
 
 /**
@@ -111,7 +157,7 @@ export async function startRunner(opts: StartRunnerOptions = {}): Promise<Starte
     `--uid_base=${uidBlock.base}`,
     `--uid_count=${uidBlock.count}`,
     // Stable per state dir, so a restarted runner (recovery tests) finds its old groups.
-    `--cgroup_name=capsule-test-${createHash('sha256').update(stateDir).digest('hex').slice(0, 16)}`,
+    `--cgroup_name=${cgroupNameOf(stateDir)}`,
     // A test or benchmark that crashes must not leave its runner (mounts, cgroups, uids) behind.
     ...Object.entries({ exit_with_parent: '1', ...opts.options }).map(([k, v]) => `--${k}=${v}`),
   ];
