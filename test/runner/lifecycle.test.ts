@@ -1,7 +1,7 @@
 // Create / exec / upload / list / read / destroy against a real runner process.
 import t from 'tap';
 import { createHash } from 'node:crypto';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { RunnerError } from '../../shared/runner-protocol.js';
 import { startRunner } from '../helpers/runner.js';
 
@@ -145,8 +145,21 @@ t.test("a capsule's first sandbox is looked at once set up, not on its exec's wa
   const r = await startRunner();
   t.teardown(() => r.stop());
   await r.client.create({ capsule_id: 'ahead', memory_mb: 64 });
-  // Its sandbox is set up ahead at create (capsule.ts prepare); a second is plenty on an idle node.
-  await new Promise((res) => setTimeout(res, 1000));
+  // Its sandbox is set up ahead at create (capsule.ts prepare): waited for until bubblewrap, its pid 1
+  // and the shell waiting inside are in the capsule's pids group (its wrapper alone before), then a
+  // moment for the look. A fixed second was not always enough beside another test file's fork storm
+  // (the sandbox's cgroup joins wait for the kernel's cgroup lock).
+  const name = r.process.spawnargs.find((a) => a.startsWith('--cgroup_name='))!.split('=')[1]!;
+  const procs = `/sys/fs/cgroup/pids/${name}/ahead/cgroup.procs`;
+  const setUp = (): boolean => {
+    try {
+      return readFileSync(procs, 'utf8').split('\n').filter(Boolean).length >= 3;
+    } catch {
+      return false;
+    }
+  };
+  for (let i = 0; i < 100 && !setUp(); i++) await new Promise((res) => setTimeout(res, 100));
+  await new Promise((res) => setTimeout(res, existsSync(procs) ? 300 : 1000));
   const beforeExec = new Date().toISOString();
   await r.client.exec({ capsule_id: 'ahead', command: 'true', timeout_ms: 10000 });
   const d = await r.client.destroy('ahead');
