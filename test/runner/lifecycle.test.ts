@@ -147,8 +147,7 @@ t.test("a capsule's first sandbox is looked at once set up, not on its exec's wa
   await r.client.create({ capsule_id: 'ahead', memory_mb: 64 });
   // Its sandbox is set up ahead at create (capsule.ts prepare): waited for until bubblewrap, its pid 1
   // and the shell waiting inside are in the capsule's pids group (its wrapper alone before), then a
-  // moment for the look. A fixed second was not always enough beside another test file's fork storm
-  // (the sandbox's cgroup joins wait for the kernel's cgroup lock).
+  // moment for the look. A fixed second was once not enough in a full suite run, beside another test file.
   const name = r.process.spawnargs.find((a) => a.startsWith('--cgroup_name='))!.split('=')[1]!;
   const procs = `/sys/fs/cgroup/pids/${name}/ahead/cgroup.procs`;
   const setUp = (): boolean => {
