@@ -19,7 +19,15 @@ import {
   type ListedFile,
 } from '../shared/runner-protocol.js';
 import { writeCharged, type WriterRun } from './charged.js';
-import { cpuUsageMs, groupPids, killGroup, removeGroup, writerProcsFiles, type CgroupManager } from './cgroup.js';
+import {
+  cpuUsageMs,
+  groupPids,
+  killGroup,
+  removeGroup,
+  writerProcsFiles,
+  type CapsuleCgroupPaths,
+  type CgroupManager,
+} from './cgroup.js';
 import type { Clock, Random } from './clock.js';
 import type { RunnerConfig } from './config.js';
 import { buildEvidence } from './evidence.js';
@@ -208,7 +216,7 @@ export class CapsuleManager {
         // capsule) starts now, its spawn and cgroup joins beside the mount below: started at the
         // end of create, it was still starting when the upload came (measured in the soak: 11-14 ms
         // old, the upload waiting 12-29 ms for it). Next ones: takeWriter.
-        writer = this.execs.prepareWriter(queueKey, writerProcsFiles(record.cgroup, this.light.isLight(queueKey)));
+        writer = this.startWriter(queueKey, record.cgroup);
         mkdirSync(tmpfsDir, { mode: 0o711 });
         await this.d.mounter.mount(tmpfsDir, storageMb, config.bounds.tmpfsInodes);
         mounted = true;
@@ -345,13 +353,14 @@ export class CapsuleManager {
     return ref;
   }
 
-  private startWriter(c: Capsule): PreparedRef {
-    return this.execs.prepareWriter(this.tenantKey(c), this.writerProcs(c));
+  /** A writer waiting for a capsule's next write (called while create still runs: no Capsule yet). */
+  private startWriter(key: string, cgroup: CapsuleCgroupPaths): PreparedRef {
+    return this.execs.prepareWriter(key, this.writerProcs(key, cgroup));
   }
 
-  /** The cgroups a writer of this capsule joins (its CPU in the quick lane while its tenant is light). */
-  private writerProcs(c: Capsule): string[] {
-    return writerProcsFiles(c.record.cgroup, this.isLight(c));
+  /** The cgroups a writer of a capsule joins (its CPU in the quick lane while its tenant, key, is light). */
+  private writerProcs(key: string, cgroup: CapsuleCgroupPaths): string[] {
+    return writerProcsFiles(cgroup, this.light.isLight(key));
   }
 
   /** A write through the exec thread's writer (prepared, or started for it). */
@@ -364,7 +373,7 @@ export class CapsuleManager {
     const w = c.writer;
     c.writer = null;
     setImmediate(() => {
-      if (c.state === 'live' && !c.writer) c.writer = this.startWriter(c);
+      if (c.state === 'live' && !c.writer) c.writer = this.startWriter(this.tenantKey(c), c.record.cgroup);
     });
     return w;
   }
@@ -397,7 +406,11 @@ export class CapsuleManager {
             await writeCharged(
               c.record.host_uid,
               [{ dir: input.dir, name: input.name, bytes: input.bytes, field: 'input_filename', hash: false }],
-              this.writerRun(this.tenantKey(c), this.writerProcs(c), this.takeWriter(c)),
+              this.writerRun(
+                this.tenantKey(c),
+                this.writerProcs(this.tenantKey(c), c.record.cgroup),
+                this.takeWriter(c),
+              ),
             );
           } finally {
             zeroBytes(input.bytes);
@@ -470,7 +483,7 @@ export class CapsuleManager {
         const [entry] = await writeCharged(
           c.record.host_uid,
           [{ dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true }],
-          this.writerRun(this.tenantKey(c), this.writerProcs(c), this.takeWriter(c)),
+          this.writerRun(this.tenantKey(c), this.writerProcs(this.tenantKey(c), c.record.cgroup), this.takeWriter(c)),
         );
         return entry!;
       } catch (e) {

@@ -521,7 +521,7 @@ export function cpuUsageMs(p: CapsuleCgroupPaths): number | null {
   let ns: number | null = null;
   for (const d of p.acct ? [p.acct] : [p.cpu, p.quick]) {
     const v = d ? read(join(d, 'cpuacct.usage')) : null;
-    if (v !== null && v.trim() !== '') ns = (ns ?? 0) + Number(v);
+    if (v) ns = (ns ?? 0) + Number(v); // read() trims: empty means nothing to count
   }
   return ns === null ? null : ns / 1e6;
 }

@@ -84,7 +84,7 @@ export function removeStateDir(dir: string): void {
 }
 
 /** The cgroup name startRunner gives a runner over this state dir (stable: a restart finds its groups). */
-const cgroupNameOf = (stateDir: string): string =>
+export const cgroupNameOf = (stateDir: string): string =>
   `capsule-test-${createHash('sha256').update(stateDir).digest('hex').slice(0, 16)}`;
 
 /**

@@ -4,12 +4,11 @@
 // capsule mounts.
 import t, { type Test } from 'tap';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RunnerClient } from '../../shared/node/runner-client.js';
-import { liveProcsNow, ownState, removeStateDir, RUNNER_MAIN, startRunner } from '../helpers/runner.js';
+import { cgroupNameOf, liveProcsNow, ownState, removeStateDir, RUNNER_MAIN, startRunner } from '../helpers/runner.js';
 
 const mountsUnder = (dir: string): string[] =>
   readFileSync('/proc/self/mountinfo', 'utf8')
@@ -60,7 +59,7 @@ t.test('SIGTERM: capsules destroyed, mounts and cgroups gone, exit 0', async (t)
   t.same(mountsUnder(stateDir), [], 'nothing left mounted under the state dir');
   t.same(liveProcsNow(a.host_uid), [], 'the running command was killed');
   t.notOk(existsSync(join(stateDir, 'capsules/term-a.json')), 'capsules destroyed, not left for recovery');
-  const name = `capsule-test-${createHash('sha256').update(stateDir).digest('hex').slice(0, 16)}`;
+  const name = cgroupNameOf(stateDir);
   const memLine = memCg.split('\n').find((l) => /^\d+:([^:]*,)?memory(,[^:]*)?:/.test(l)) ?? '';
   const runnerLeaf = memLine.slice(memLine.lastIndexOf(':') + 1);
   t.ok(runnerLeaf.endsWith(`/${name}/.runner`), `runner leaf ${runnerLeaf}`);
