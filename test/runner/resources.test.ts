@@ -313,9 +313,22 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
   await new Promise((res) => setTimeout(res, 500));
   t.ok(procs(`${v1}/tb-1`).length > 0 && procs(`${quick}/tb-1`).length === 0, 'a busy tenant: capsules group');
   t.ok(procs(`${quick}/tc-1`).length > 0 && procs(`${v1}/tc-1`).length === 0, 'a light tenant: quick lane');
-  // (Only the lane is looked at: ta-1's upload writer, started with the capsule before its tenant had run
-  // anything, waits in the capsules group.)
-  if (acctOwn !== undefined) t.ok(procs(`${quick}/ta-1`).length > 0, 'a tenant whose long exec slept: quick lane');
+  if (acctOwn !== undefined) {
+    // Its command's own process, found in whichever group it runs (ta-1's upload writer, started with the
+    // capsule before its tenant had run anything, waits in the capsules group), once it has started:
+    // 500 ms were once not enough with the other runner tests beside this one.
+    const sleepIn = (dir: string): boolean =>
+      procs(dir).some((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'sleep';
+        } catch {
+          return false;
+        }
+      });
+    for (let i = 0; i < 50 && !sleepIn(`${quick}/ta-1`) && !sleepIn(`${v1}/ta-1`); i++)
+      await new Promise((res) => setTimeout(res, 100));
+    t.ok(sleepIn(`${quick}/ta-1`), 'a tenant whose long exec slept: its next command runs in the quick lane');
+  }
   await Promise.all([after, fresh, slept]);
 
   // A tenant this node has never seen is not trusted with the lane: its first exec runs in the capsules group.
