@@ -6,7 +6,7 @@
 // connection's automatic checkpoints back on.
 import t, { type Test } from 'tap';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
-import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -18,6 +18,21 @@ import { AUTOCHECKPOINT_PAGES, CHECKPOINT_MS } from '../../control-plane/store/c
 const BLOB = 100_000;
 const BATCH = 80; // 8 MB: about 2,000 pages of 4 KiB, twice the default autocheckpoint
 const size = (f: string): number => (existsSync(f) ? statSync(f).size : 0);
+
+/**
+ * Whether the last checkpoint ended, having copied every frame of the WAL: the
+ * WAL-index (the -shm file, SQLite's wal.c) holds mxFrame at byte 16 of its
+ * header and nBackfill at byte 96, native order. Only then does the next writer
+ * restart the WAL; a checkpoint still in its fsync (seconds on a busy disk) has
+ * written the pages but not yet said so.
+ */
+function checkpointed(file: string): boolean {
+  const shm = readFileSync(`${file}-shm`);
+  const mxFrame = shm.readUInt32LE(16);
+  return mxFrame > 0 && shm.readUInt32LE(96) === mxFrame;
+}
+/** Long enough for a checkpoint's fsyncs beside a test writing gigabytes; a passing run waits an interval or two. */
+const EVENTUALLY_MS = 60 * CHECKPOINT_MS;
 
 /** The store on a fresh SQLite file, with the worker threads its opening started. */
 async function open(t: Test): Promise<{ file: string; orm: Orm; store: SqlStore; workers: Worker[] }> {
@@ -63,17 +78,17 @@ t.test('the worker checkpoints what the main connection commits; the WAL is reus
   const base = size(file);
   await writeBatch(orm);
   t.ok(
-    await until(() => size(file) >= base + BATCH * BLOB, 10 * CHECKPOINT_MS),
+    await until(() => size(file) >= base + BATCH * BLOB && checkpointed(file), EVENTUALLY_MS),
     'the 8 MB committed on the main connection reached the database file',
-    { base, db: size(file), wal: size(`${file}-wal`) },
+    { base, db: size(file), wal: size(`${file}-wal`), checkpointed: checkpointed(file) },
   );
   const wal1 = size(`${file}-wal`);
 
-  await sleep(2 * CHECKPOINT_MS); // the checkpoint that moved it has ended
   await writeBatch(orm);
   t.ok(
-    await until(() => size(file) >= base + 2 * BATCH * BLOB, 10 * CHECKPOINT_MS),
+    await until(() => size(file) >= base + 2 * BATCH * BLOB && checkpointed(file), EVENTUALLY_MS),
     'the second batch reached the database file too',
+    { base, db: size(file), wal: size(`${file}-wal`), checkpointed: checkpointed(file) },
   );
   const wal2 = size(`${file}-wal`);
   t.ok(wal2 < 1.5 * BATCH * BLOB, 'the WAL was restarted from its start, not grown to hold both batches', {
