@@ -40,6 +40,8 @@ import type { ExecResult } from '../shared/runner-protocol.js';
 const BOUND_POLL_MS = 50;
 /** Consecutive looks that each find new refused forks before the exec is stopped. */
 const PROCESS_LIMIT_STRIKES = 2;
+/** Refused forks in one look that stop the exec at once: a fork loop, whatever the next look finds. */
+const FORK_LOOP_REFUSALS = 32;
 /**
  * An exec whose processes are runnable (running or waiting for a CPU) for more than CPU_BOUND_MS
  * of a window of CPU_WINDOW_POLLS looks is CPU-bound batch work: its capsule's CPU weight is
@@ -366,14 +368,16 @@ export async function runExec(p: ExecParams): Promise<ExecOutcome> {
       oomSeen = true;
       abort();
     }
-    // Forks refused at pids.max in two looks in a row: a fork loop, not a program that met the
-    // bound once. Stopped like an OOM, because every refused fork has already copied and torn
-    // down its address space under the kernel's per-file mapping locks (libc's, shared with
-    // every process on the node): left running, it stalls every tenant's process starts.
+    // Forks refused at pids.max in two looks in a row, or a burst of them in one: a fork loop, not
+    // a program that met the bound once. Stopped like an OOM, because every refused fork has
+    // already copied and torn down its address space under the kernel's per-file mapping locks
+    // (libc's, shared with every process on the node): left running, it stalls every tenant's
+    // process starts.
     const hits = processLimitHits(p.cgroup);
     limitStrikes = hits > limitHits ? limitStrikes + 1 : 0;
+    const burst = hits - limitHits >= FORK_LOOP_REFUSALS;
     limitHits = hits;
-    if (limitStrikes >= PROCESS_LIMIT_STRIKES && !limitKilled) {
+    if ((limitStrikes >= PROCESS_LIMIT_STRIKES || burst) && !limitKilled) {
       limitKilled = true;
       abort();
     }

@@ -55,6 +55,27 @@ except OSError as e:
     t.ok(m && Number(m[1]) < 64, 'at most pids.max processes');
     t.equal(py.process_limit_killed, false, 'a program that meets the bound once and stops forking runs on');
     t.equal(py.exit_code, 0);
+    // 100 refused forks in a few ms, then quiet: one look (or two, if the burst straddles them) sees
+    // them all. Two looks in a row are not needed: the burst alone is a fork loop (a bomb's first
+    // look finds 70-140), stopped at once instead of after a second look 50 ms later.
+    const burst = await c.exec({
+      capsule_id: 'res',
+      command: `python3 -c "
+import os, time
+refused = 0
+while refused < 100:
+    try:
+        if os.fork() == 0:
+            time.sleep(3); os._exit(0)
+    except OSError:
+        refused += 1
+time.sleep(2)
+print('ran on')
+"`,
+      timeout_ms: 10000,
+    });
+    t.equal(burst.process_limit_killed, true, `a burst of refused forks is stopped: ${burst.stdout}`);
+    t.ok(burst.duration_ms < 1500, `${burst.duration_ms} ms after its start, not after its 2 s sleep`);
     const after = await c.exec({ capsule_id: 'res', command: 'echo alive', timeout_ms: 5000 });
     t.equal(after.stdout, 'alive\n', 'capsule usable after the bomb');
   });
