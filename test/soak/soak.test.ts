@@ -25,11 +25,11 @@ t.test('one account attacking does not degrade another', async (t) => {
   t.same(report.failures, [], 'no 5xx, hang, unverifiable proof or lost execution');
   for (const [name, rounds] of Object.entries(report.rounds)) t.ok(rounds > 0, `${name} ran at least one round`);
   t.ok(report.underAttack.n >= 5, 'the victim kept completing lifecycles during the attacks');
-  // The full form's bound (victim p99 under 2x idle) is enforced by
-  // `npm run soak` only: it is not met yet on 2 cores (the attackers' kernel work,
-  // forks and faults on a kernel without preemption, delays every process start
-  // whatever the CPU weights say), and this short form reports the ratio rather
-  // than hiding it (docs/PERFORMANCE.md, stop 29).
+  // The bound (victim p99 under 2x idle) is enforced by the full form, `npm run soak`
+  // (1.45-1.70x on this host, docs/PERFORMANCE.md, stop 36). This form reports the
+  // ratio rather than asserting it (4.0-4.6x here): its one control-char-flood capsule
+  // runs at a rate the full form's fair gate never lets it reach, and its 45 s are
+  // mostly the attacks' start.
   t.comment(
     `victim p99 ${(report.underAttack.p99 / report.idle.p99).toFixed(2)}x idle under attack (bound 2x in npm run soak)`,
   );
