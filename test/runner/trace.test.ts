@@ -24,6 +24,7 @@ t.test('trace ids reach the runner and its logs', async (t) => {
   t.equal(r.status, 404, r.text);
   const requestId = r.headers.get('x-svc-request-id');
   t.ok(requestId, 'the API named its request id');
+  await until(() => runner.stderr().includes(`"trace_id":"${trace}"}\n`));
   const line = runner
     .stderr()
     .split('\n')
@@ -43,13 +44,26 @@ t.test('trace ids reach the runner and its logs', async (t) => {
     "the runner's log line names the API's request and trace ids",
   );
   t.notOk(runner.stderr().includes(secretName), 'the log line carries no customer file name');
-  // Outside any request the frame carries no trace, and the runner logs none.
+  // Outside any request the frame carries no trace, and the runner logs none. The log line comes
+  // through the runner's stderr, apart from its answer: awaited, not assumed to be there already.
+  const failed = (): string[] =>
+    runner
+      .stderr()
+      .split('\n')
+      .filter((l) => l.includes('"request failed"'));
+  const before = failed().length;
   await runner.client.readOutput(c.body.id, 'x').catch(() => undefined);
-  const last = runner.stderr().trim().split('\n').pop() ?? '';
-  t.notOk(/request_id/.test(last), 'no ids when the call belongs to no request');
+  t.ok(await until(() => failed().length > before), 'the runner logged the failed call');
+  t.notOk(/request_id/.test(failed().at(-1) ?? ''), 'no ids when the call belongs to no request');
   // Inside a trace scope, a direct client call carries it too.
   await requestTrace
     .run({ request_id: 'req_direct', trace_id: null }, () => runner.client.readOutput(c.body.id, 'y'))
     .catch(() => undefined);
-  t.match(runner.stderr(), /"request_id":"req_direct"/);
+  t.ok(await until(() => runner.stderr().includes('"request_id":"req_direct"')), 'its log line names the request id');
 });
+
+async function until(ok: () => boolean, ms = 5000): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (!ok() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  return ok();
+}
