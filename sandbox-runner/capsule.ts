@@ -368,6 +368,12 @@ export class CapsuleManager {
     return (header, chunks, hash) => this.execs.write(queueKey, writerProcs, prepared, header, chunks, hash);
   }
 
+  /** A write into a live capsule, through its prepared writer. */
+  private capsuleWriter(c: Capsule): WriterRun {
+    const key = this.tenantKey(c);
+    return this.writerRun(key, this.writerProcs(key, c.record.cgroup), this.takeWriter(c));
+  }
+
   /** The prepared writer for one write; the next one is started once this call is on its way. */
   private takeWriter(c: Capsule): PreparedRef | null {
     const w = c.writer;
@@ -406,11 +412,7 @@ export class CapsuleManager {
             await writeCharged(
               c.record.host_uid,
               [{ dir: input.dir, name: input.name, bytes: input.bytes, field: 'input_filename', hash: false }],
-              this.writerRun(
-                this.tenantKey(c),
-                this.writerProcs(this.tenantKey(c), c.record.cgroup),
-                this.takeWriter(c),
-              ),
+              this.capsuleWriter(c),
             );
           } finally {
             zeroBytes(input.bytes);
@@ -483,7 +485,7 @@ export class CapsuleManager {
         const [entry] = await writeCharged(
           c.record.host_uid,
           [{ dir: join(c.record.tmpfs_dir, 'input'), name, bytes: body, field: 'filename', hash: true }],
-          this.writerRun(this.tenantKey(c), this.writerProcs(this.tenantKey(c), c.record.cgroup), this.takeWriter(c)),
+          this.capsuleWriter(c),
         );
         return entry!;
       } catch (e) {
