@@ -14,6 +14,7 @@ import type { Worker } from 'node:worker_threads';
 import { openOrm, type Orm } from '../../control-plane/store/orm.js';
 import { SqlStore } from '../../control-plane/store/sql-store.js';
 import { AUTOCHECKPOINT_PAGES, CHECKPOINT_MS } from '../../control-plane/store/checkpointer.js';
+import { until } from '../helpers/until.js';
 
 const BLOB = 100_000;
 const BATCH = 80; // 8 MB: about 2,000 pages of 4 KiB, twice the default autocheckpoint
@@ -59,12 +60,6 @@ async function autocheckpoint(orm: Orm): Promise<number> {
 async function writeBatch(orm: Orm): Promise<void> {
   const conn = orm.em.getConnection();
   for (let i = 0; i < BATCH; i++) await conn.execute('insert into bulk (b) values (randomblob(?))', [BLOB], 'run');
-}
-
-async function until(ok: () => boolean, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (!ok() && Date.now() < deadline) await sleep(25);
-  return ok();
 }
 
 const exited = (w: Worker): Promise<number> => new Promise((r) => w.once('exit', r));

@@ -4,6 +4,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { RunnerError } from '../../shared/runner-protocol.js';
 import { startRunner } from '../helpers/runner.js';
+import { until } from '../helpers/until.js';
 
 const sha = (b: Uint8Array | string): string => `sha512:${createHash('sha512').update(b).digest('hex')}`;
 
@@ -157,7 +158,7 @@ t.test("a capsule's first sandbox is looked at once set up, not on its exec's wa
       return false;
     }
   };
-  for (let i = 0; i < 100 && !setUp(); i++) await new Promise((res) => setTimeout(res, 100));
+  await until(setUp, 10_000, 100);
   await new Promise((res) => setTimeout(res, existsSync(procs) ? 300 : 1000));
   const beforeExec = new Date().toISOString();
   await r.client.exec({ capsule_id: 'ahead', command: 'true', timeout_ms: 10000 });

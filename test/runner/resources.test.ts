@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { FORK_LOOP_AT_BOUND, liveProcs, startRunner } from '../helpers/runner.js';
+import { until } from '../helpers/until.js';
 
 t.test('resource attacks and exec semantics', async (t) => {
   const r = await startRunner({
@@ -346,8 +347,7 @@ t.test('CPU weights: the capsules together below the services, one tenant as one
           return false;
         }
       });
-    for (let i = 0; i < 50 && !sleepIn(`${quick}/ta-1`) && !sleepIn(`${v1}/ta-1`); i++)
-      await new Promise((res) => setTimeout(res, 100));
+    await until(() => sleepIn(`${quick}/ta-1`) || sleepIn(`${v1}/ta-1`), 5000, 100);
     t.ok(sleepIn(`${quick}/ta-1`), 'a tenant whose long exec slept: its next command runs in the quick lane');
   }
   await Promise.all([after, fresh, slept]);

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { RunnerClient } from '../../shared/node/runner-client.js';
 import { cgroupNameOf, liveProcsNow, ownState, removeStateDir, RUNNER_MAIN, startRunner } from '../helpers/runner.js';
+import { until } from '../helpers/until.js';
 
 const mountsUnder = (dir: string): string[] =>
   readFileSync('/proc/self/mountinfo', 'utf8')
@@ -24,15 +25,6 @@ const alive = (pid: number): boolean => {
     return false;
   }
 };
-
-async function until(cond: () => boolean, ms: number): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (cond()) return true;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return cond();
-}
 
 t.test('SIGTERM: capsules destroyed, mounts and cgroups gone, exit 0', async (t) => {
   const stateDir = mkdtempSync(join(tmpdir(), 'capsule-sigterm-'));

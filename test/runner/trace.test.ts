@@ -4,6 +4,7 @@
 // and its answer echoes them.
 import t from 'tap';
 import { startRunner } from '../helpers/runner.js';
+import { until } from '../helpers/until.js';
 import { start } from '../control-plane/harness.js';
 import { requestTrace } from '../../shared/node/trace.js';
 
@@ -24,7 +25,7 @@ t.test('trace ids reach the runner and its logs', async (t) => {
   t.equal(r.status, 404, r.text);
   const requestId = r.headers.get('x-svc-request-id');
   t.ok(requestId, 'the API named its request id');
-  await until(() => runner.stderr().includes(`"trace_id":"${trace}"}\n`));
+  await until(() => runner.stderr().includes(`"trace_id":"${trace}"}\n`), 5000);
   const line = runner
     .stderr()
     .split('\n')
@@ -53,17 +54,14 @@ t.test('trace ids reach the runner and its logs', async (t) => {
       .filter((l) => l.includes('"request failed"'));
   const before = failed().length;
   await runner.client.readOutput(c.body.id, 'x').catch(() => undefined);
-  t.ok(await until(() => failed().length > before), 'the runner logged the failed call');
+  t.ok(await until(() => failed().length > before, 5000), 'the runner logged the failed call');
   t.notOk(/request_id/.test(failed().at(-1) ?? ''), 'no ids when the call belongs to no request');
   // Inside a trace scope, a direct client call carries it too.
   await requestTrace
     .run({ request_id: 'req_direct', trace_id: null }, () => runner.client.readOutput(c.body.id, 'y'))
     .catch(() => undefined);
-  t.ok(await until(() => runner.stderr().includes('"request_id":"req_direct"')), 'its log line names the request id');
+  t.ok(
+    await until(() => runner.stderr().includes('"request_id":"req_direct"'), 5000),
+    'its log line names the request id',
+  );
 });
-
-async function until(ok: () => boolean, ms = 5000): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (!ok() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-  return ok();
-}
